@@ -1,0 +1,133 @@
+"""The jupyter-server extension: configuration and wiring, nothing else."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Bool, Dict, Float, Integer, Unicode, default
+
+from .backends.base import Backend
+from .handlers import handlers
+from .journal import Journal
+from .lifecycle import Lifecycle, LifecycleSettings
+from .workspace import Workspace
+
+EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
+
+BACKENDS = {
+    "local": "jupyter_suspend.backends.local:LocalBackend",
+}
+
+
+def load_backend_class(spec: str) -> type[Backend]:
+    """A backend by short name (``local``) or as ``package.module:Class``."""
+    target = BACKENDS.get(spec, spec)
+    module_name, _, class_name = target.partition(":")
+    if not class_name:
+        raise ValueError(f"unknown backend {spec!r}: use one of {sorted(BACKENDS)} or 'package.module:Class'")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise TypeError(f"{target} is not a jupyter_suspend Backend")
+    return cls
+
+
+class SuspendApp(ExtensionApp):
+    """Suspend a notebook environment safely and report its restore state."""
+
+    name = "jupyter_suspend"
+    # Only a server extension here: JupyterLab serves the frontend.
+    load_other_extensions = True
+
+    backend = Unicode(
+        "local",
+        config=True,
+        help="Where suspend and resume happen: 'local' (this machine: kernels stop, "
+        "memory is released) or a 'package.module:Class' implementing jupyter_suspend Backend.",
+    )
+    state_dir = Unicode(
+        config=True,
+        help="Directory on the persistent volume for the journal (must survive the pod).",
+    )
+    checkpoint_dir = Unicode(
+        config=True,
+        help="Directory on the persistent volume where kernels write application checkpoints "
+        "(default: <state_dir>/checkpoints).",
+    )
+    flush_kernel_timeout = Float(
+        60.0,
+        config=True,
+        help="Seconds each kernel gets to write its application checkpoints; "
+        "a kernel busy for longer is reported as 'kernel busy: checkpoint skipped'.",
+    )
+    restore_checkpoints_on_resume = Bool(
+        True, config=True, help="After a cold resume, load the application checkpoints back into the kernels."
+    )
+    capacity_max_wait = Float(
+        3600.0, config=True, help="Seconds a resume waits for capacity before it fails with a next step."
+    )
+    max_body_bytes = Integer(64 * 1024, config=True, help="Largest accepted request body, in bytes.")
+    journal_max_bytes = Integer(4 * 1024 * 1024, config=True, help="Journal size that triggers rotation.")
+    kernel_env = Dict(
+        value_trait=Unicode(),
+        config=True,
+        help="Extra environment variables for kernels restarted by a resume.",
+    )
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return os.path.join(jupyter_data_dir(), "jupyter_suspend")
+
+    @default("checkpoint_dir")
+    def _default_checkpoint_dir(self) -> str:
+        return os.path.join(self.state_dir, "checkpoints")
+
+    def initialize_settings(self) -> None:
+        backend = load_backend_class(self.backend)(parent=self)
+        journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes)
+        event_logger = getattr(self.serverapp, "event_logger", None)
+        if event_logger is not None:
+            event_logger.register_event_schema(Path(str(files("jupyter_suspend.schemas") / "lifecycle-event.json")))
+
+        def emit(data: dict[str, Any]) -> None:
+            if event_logger is not None:
+                event_logger.emit(schema_id=EVENT_SCHEMA_ID, data=data)
+
+        self.lifecycle = Lifecycle(
+            backend=backend,
+            workspace=Workspace(self.serverapp),
+            journal=journal,
+            settings=LifecycleSettings(
+                checkpoint_dir=Path(self.checkpoint_dir),
+                flush_kernel_timeout=self.flush_kernel_timeout,
+                restore_checkpoints_on_resume=self.restore_checkpoints_on_resume,
+                capacity_max_wait=self.capacity_max_wait,
+                kernel_env={**self.kernel_env, "JUPYTER_SUSPEND_CHECKPOINT_DIR": self.checkpoint_dir},
+            ),
+            emit=emit,
+            log=self.log,
+        )
+        self.lifecycle.recover()
+        self.settings.update(
+            {
+                "jupyter_suspend_lifecycle": self.lifecycle,
+                "jupyter_suspend_max_body_bytes": self.max_body_bytes,
+            }
+        )
+        self.log.info(
+            "jupyter-suspend: backend %s, journal %s, state %s",
+            backend.name,
+            journal.path,
+            self.lifecycle.state.value,
+        )
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(handlers())
+
+    async def stop_extension(self) -> None:
+        await self.lifecycle.stop()

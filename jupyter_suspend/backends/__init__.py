@@ -1,0 +1,1 @@
+"""Platforms that can take a notebook environment down and bring it back."""

@@ -1,0 +1,184 @@
+"""The one interface every platform implements.
+
+Two shapes of platform exist and the interface serves both:
+
+* the server survives the suspend (``local``): only the kernels stop; the same
+  server process answers while suspended and performs the resume itself;
+* the server is frozen with its pod (GKE Pod Snapshots): ``release`` either
+  returns after a *live* restore, in a new pod, as if nothing happened
+  (:class:`ReturnedLive`), or never returns, and a new server process starts
+  cold and learns from the journal what happened
+  (:meth:`Backend.interpret_cold_start`).
+
+Everything the UI says about what a suspend keeps is derived from
+:class:`Capabilities`; nothing is hard-coded per backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from traitlets import MetaHasTraits
+from traitlets.config import LoggingConfigurable
+
+from ..model import RestoreKind, State
+
+if TYPE_CHECKING:
+    from ..workspace import KernelRecord, Workspace
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    #: Notebooks and other files on the persistent volume survive.
+    keeps_files: bool = True
+    #: Application checkpoints written by the flush survive.
+    keeps_application_checkpoints: bool = True
+    #: Variables in kernel memory come back without re-running anything.
+    keeps_live_memory: bool = False
+    #: Tensors in accelerator memory come back without reloading.
+    keeps_gpu_memory: bool = False
+    #: Kernel processes stop, so their memory (and GPU memory) is freed.
+    releases_kernel_memory: bool = True
+    #: The whole node (and its accelerators) can go back to the pool.
+    releases_node: bool = False
+    #: Needs the privileged sidecar to act on the pod.
+    needs_sidecar: bool = False
+    #: This server process keeps answering while suspended.
+    server_survives_suspend: bool = True
+    #: ``POST resume`` on this server performs the resume (otherwise the
+    #: platform resumes the pod and this server only reports).
+    resume_from_server: bool = True
+
+    def to_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+@dataclass
+class ResourceReport:
+    """What a suspend freed, measured, never assumed."""
+
+    kernel_memory_bytes: int = 0
+    gpu_memory_bytes: int = 0
+    gpu_devices: list[str] = field(default_factory=list)
+    gpu_measurement: str = "nvml unavailable"
+    per_kernel: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Suspended:
+    """The environment is down and this server is still running (local)."""
+
+    environment_stopped_at: float
+    node_released_at: float | None
+    released: ResourceReport
+    #: Anything the backend needs to restore later; journaled durably.
+    restore_record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReturnedLive:
+    """The server was frozen with the pod and has just come back live."""
+
+    snapshot: str
+    environment_stopped_at: float | None
+    restored_at: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+ReleaseOutcome = Suspended | ReturnedLive
+
+
+@dataclass
+class RestoredKernel:
+    kernel_id: str
+    session_id: str | None
+    path: str | None
+    kernel_name: str
+    runnable_at: float | None
+    error: str | None = None
+
+
+@dataclass
+class RestoreOutcome:
+    restore: RestoreKind
+    restored_at: float
+    first_cell_runnable_at: float | None
+    kernels: list[RestoredKernel] = field(default_factory=list)
+    capacity_available_at: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ColdStartVerdict:
+    """How a server that starts cold reads the previous process's journal."""
+
+    state: State
+    message: str
+    restore: RestoreKind | None = None
+    next_step: str = ""
+
+
+@dataclass
+class ReleaseContext:
+    operation_id: str
+    workspace: Workspace
+    kernels: list[KernelRecord]
+    reason: str
+
+
+@dataclass
+class RestoreContext:
+    operation_id: str
+    cycle_id: str
+    workspace: Workspace
+    restore_record: dict[str, Any]
+    kernel_env: dict[str, str]
+
+
+class _BackendMeta(MetaHasTraits, abc.ABCMeta):
+    """Configurable (traitlets) and abstract at once."""
+
+
+class Backend(LoggingConfigurable, metaclass=_BackendMeta):
+    """A platform that can take the environment down and bring it back.
+
+    Backends are traitlets ``Configurable``: configure them by class name,
+    e.g. ``c.LocalBackend.capacity_headroom_bytes = 8 * 2**30``.
+    """
+
+    name: str = "abstract"
+    capabilities: Capabilities = Capabilities()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "capabilities": self.capabilities.to_dict()}
+
+    async def preflight_notes(self, workspace: Workspace) -> list[str]:
+        """Platform facts worth showing before a suspend (empty by default)."""
+        return []
+
+    @abc.abstractmethod
+    async def release(self, ctx: ReleaseContext) -> ReleaseOutcome:
+        """Take the environment down. Called only after a successful flush.
+
+        Raise :class:`~jupyter_suspend.model.FlushFailed` if nothing was
+        released and the session can keep running as it is.
+        """
+
+    @abc.abstractmethod
+    async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
+        """Bring the environment back from ``ctx.restore_record``.
+
+        Raise :class:`~jupyter_suspend.model.CapacityUnavailable` to wait and
+        retry, :class:`~jupyter_suspend.model.RestoreFailed` to give up with a
+        next step for the user.
+        """
+
+    @abc.abstractmethod
+    def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
+        """Decide the state of a server process that finds a journal from a
+        previous process (``last_state`` is the last state it recorded)."""

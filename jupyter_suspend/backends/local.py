@@ -1,0 +1,190 @@
+"""The embedded default: one machine, the server stays up, kernels stop.
+
+Suspend records which sessions and kernels ran, measures what they hold and
+shuts them down so that their memory and GPU memory go back to the machine.
+Resume starts the same kernels under the same kernel and session ids (so an
+open notebook reconnects), waits until each can run a cell, and reports a
+*cold* restore: live state only comes back through application checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psutil
+from traitlets import Float, Integer
+
+from ..model import CapacityUnavailable, FlushFailed, RestoreFailed, RestoreKind, State
+from ..resources import GpuProbe, measure, wait_until_gone
+from ..workspace import KernelRecord
+from .base import (
+    Backend,
+    Capabilities,
+    ColdStartVerdict,
+    ReleaseContext,
+    ResourceReport,
+    RestoreContext,
+    RestoredKernel,
+    RestoreOutcome,
+    Suspended,
+)
+
+
+class LocalBackend(Backend):
+    name = "local"
+    capabilities = Capabilities(
+        keeps_files=True,
+        keeps_application_checkpoints=True,
+        keeps_live_memory=False,
+        keeps_gpu_memory=False,
+        releases_kernel_memory=True,
+        releases_node=False,
+        needs_sidecar=False,
+        server_survives_suspend=True,
+        resume_from_server=True,
+    )
+
+    release_timeout = Float(
+        30.0, config=True, help="Seconds to wait for stopped kernels' processes (and GPU memory) to be freed."
+    )
+    kernel_ready_timeout = Float(
+        120.0, config=True, help="Seconds to wait for a restarted kernel to answer kernel_info."
+    )
+    capacity_headroom_bytes = Integer(
+        0,
+        config=True,
+        help="Free host memory (bytes) a resume needs before it restarts kernels; "
+        "below it the environment waits for capacity. 0 disables the check.",
+    )
+    capacity_retry_seconds = Float(5.0, config=True, help="Seconds between capacity checks while waiting.")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.gpu = GpuProbe()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "gpu_measurement": self.gpu.reason}
+
+    async def preflight_notes(self, workspace: Any) -> list[str]:
+        notes = [
+            "Kernels will be shut down: variables in memory come back only from application checkpoints.",
+        ]
+        if not self.gpu.available:
+            notes.append(f"GPU memory is not measured here ({self.gpu.reason}).")
+        return notes
+
+    async def release(self, ctx: ReleaseContext) -> Suspended:
+        report = ResourceReport(gpu_measurement=self.gpu.reason)
+        pids: list[int] = []
+        for record in ctx.kernels:
+            usage = await asyncio.to_thread(measure, record.pid, self.gpu)
+            report.per_kernel[record.kernel_id] = {
+                "path": record.path,
+                "kernel_name": record.kernel_name,
+                "pids": usage.pids,
+                "rss_bytes": usage.rss_bytes,
+                "gpu_memory_bytes": usage.gpu_memory_bytes,
+                "gpu_devices": usage.gpu_devices,
+            }
+            report.kernel_memory_bytes += usage.rss_bytes
+            report.gpu_memory_bytes += usage.gpu_memory_bytes
+            report.gpu_devices += [d for d in usage.gpu_devices if d not in report.gpu_devices]
+            pids += usage.pids
+
+        stopped: list[str] = []
+        for record in ctx.kernels:
+            try:
+                await ctx.workspace.stop_kernel(record)
+            except Exception as exc:
+                if not stopped:
+                    # Nothing released yet: abort, the session keeps running.
+                    raise FlushFailed("release", f"kernel {record.kernel_id} could not be stopped: {exc}") from exc
+                raise
+            stopped.append(record.kernel_id)
+        environment_stopped_at = time.time()
+
+        node_released_at, holding = await asyncio.to_thread(wait_until_gone, pids, self.gpu, self.release_timeout)
+        record_data = {"kernels": [k.to_dict() for k in ctx.kernels]}
+        if holding:
+            record_data["still_running_pids"] = holding
+        return Suspended(
+            environment_stopped_at=environment_stopped_at,
+            node_released_at=node_released_at,
+            released=report,
+            restore_record=record_data,
+        )
+
+    def _check_capacity(self, restore_record: dict[str, Any]) -> None:
+        needed = self.capacity_headroom_bytes
+        if needed <= 0:
+            return
+        available = psutil.virtual_memory().available
+        if available < needed:
+            raise CapacityUnavailable(
+                f"{available / 2**30:.1f} GiB memory available, {needed / 2**30:.1f} GiB required to restore",
+                retry_after=self.capacity_retry_seconds,
+            )
+
+    async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
+        self._check_capacity(ctx.restore_record)
+        capacity_available_at = time.time()
+        records = [KernelRecord.from_dict(k) for k in ctx.restore_record.get("kernels", [])]
+
+        async def start(record: KernelRecord) -> RestoredKernel:
+            result = RestoredKernel(record.kernel_id, record.session_id, record.path, record.kernel_name, None)
+            try:
+                if record.kernel_id in ctx.workspace.kernel_manager:
+                    result.error = "a kernel with this id is already running; left as it is"
+                    return result
+                await ctx.workspace.start_kernel(record, ctx.kernel_env)
+                result.runnable_at = await ctx.workspace.wait_kernel_ready(record.kernel_id, self.kernel_ready_timeout)
+            except Exception as exc:  # noqa: BLE001 - reported per kernel
+                result.error = f"{type(exc).__name__}: {exc}"
+            return result
+
+        kernels = list(await asyncio.gather(*(start(r) for r in records)))
+        failed = [k for k in kernels if k.error and k.runnable_at is None and "already running" not in k.error]
+        if failed and len(failed) == len(kernels):
+            names = ", ".join(f"{k.path or k.kernel_id} ({k.error})" for k in failed)
+            raise RestoreFailed(
+                f"no kernel could be restarted: {names}",
+                "Open the notebook and start a kernel by hand, then run it from the top or restore "
+                "the application checkpoints with %checkpoint restore. POST resume retries.",
+            )
+        runnable = [k.runnable_at for k in kernels if k.runnable_at is not None]
+        return RestoreOutcome(
+            restore=RestoreKind.COLD,
+            restored_at=time.time(),
+            first_cell_runnable_at=max(runnable) if runnable else None,
+            kernels=kernels,
+            capacity_available_at=capacity_available_at,
+        )
+
+    def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
+        when = last_entry.get("time", "an unknown time") if last_entry else "an unknown time"
+        if last_state in {State.SUSPENDED, State.WAITING_FOR_CAPACITY, State.RESTORING}:
+            return ColdStartVerdict(
+                State.SUSPENDED,
+                f"The server restarted while suspended (last recorded {last_state.value} at {when}). "
+                "The recorded sessions can be resumed.",
+            )
+        if last_state == State.SNAPSHOTTING:
+            return ColdStartVerdict(
+                State.SUSPENDED,
+                f"The server stopped while kernels were being shut down ({when}). "
+                "Flushed files and checkpoints are on disk; resume restarts the recorded sessions.",
+            )
+        if last_state == State.FLUSHING:
+            return ColdStartVerdict(
+                State.RUNNING,
+                f"The server stopped during a flush at {when}; nothing had been released by jupyter-suspend.",
+            )
+        if last_state == State.FAILED:
+            return ColdStartVerdict(
+                State.FAILED,
+                f"The previous server recorded a failure at {when}.",
+                next_step="Resume retries restarting the recorded sessions; acknowledge to carry on without them.",
+            )
+        return ColdStartVerdict(State.RUNNING, "")

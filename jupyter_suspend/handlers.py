@@ -1,0 +1,139 @@
+"""REST API v1 under ``{base_url}jupyter-suspend/api/``: thin handlers only.
+
+Every handler is authenticated and authorized against the
+``jupyter_suspend`` resource, validates its body, calls the lifecycle core
+and serialises the answer. None of them counts as user activity, so that
+polling the status never keeps an idle server "active".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from .lifecycle import Lifecycle
+from .model import IllegalState
+from .validation import BadRequest, parse_body
+
+AUTH_RESOURCE = "jupyter_suspend"
+API_PREFIX = "jupyter-suspend/api"
+
+
+class SuspendAPIHandler(ExtensionHandlerMixin, APIHandler):
+    auth_resource = AUTH_RESOURCE
+    # Our own polling must never move /api/status last_activity.
+    _track_activity = False
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        lifecycle: Lifecycle = self.settings["jupyter_suspend_lifecycle"]
+        return lifecycle
+
+    def body(self, schema_name: str) -> dict[str, Any]:
+        try:
+            return parse_body(self.request.body, schema_name, self.settings["jupyter_suspend_max_body_bytes"])
+        except BadRequest as exc:
+            raise web.HTTPError(400, str(exc)) from exc
+
+    def reply(self, data: dict[str, Any], status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data, default=str))
+
+    def conflict(self, exc: IllegalState) -> None:
+        data: dict[str, Any] = {"message": str(exc), "reason": "Conflict", "state": exc.state.value}
+        if exc.operation is not None:
+            data["operation"] = exc.operation.summary()
+        self.reply(data, 409)
+
+    def started(self, operation: Any) -> None:
+        self.set_header("Location", self.base_url + API_PREFIX + "/status")
+        self.reply({"operation": operation.to_dict(), "status": self.lifecycle.status()}, 202)
+
+
+class StatusHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.reply(self.lifecycle.status())
+
+
+class SuspendHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.body("suspend")
+        if body.get("dry_run"):
+            self.reply(await self.lifecycle.preflight())
+            return
+        try:
+            operation = self.lifecycle.start_suspend(body.get("reason", ""), force=body.get("force", False))
+        except IllegalState as exc:
+            self.conflict(exc)
+            return
+        self.started(operation)
+
+
+class CheckpointHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    def post(self) -> None:
+        body = self.body("checkpoint")
+        try:
+            operation = self.lifecycle.start_checkpoint(body.get("reason", ""))
+        except IllegalState as exc:
+            self.conflict(exc)
+            return
+        self.started(operation)
+
+
+class ResumeHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    def post(self) -> None:
+        body = self.body("resume")
+        try:
+            operation = self.lifecycle.start_resume(body.get("reason", ""))
+        except IllegalState as exc:
+            self.conflict(exc)
+            return
+        self.started(operation)
+
+
+class AcknowledgeHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    def post(self) -> None:
+        self.body("acknowledge")
+        try:
+            self.lifecycle.acknowledge()
+        except IllegalState as exc:
+            self.conflict(exc)
+            return
+        self.reply(self.lifecycle.status())
+
+
+class TimelineHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        # Reading the journal is file I/O: keep it off the event loop.
+        self.reply(await asyncio.to_thread(self.lifecycle.timeline))
+
+
+def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
+    return [
+        (rf"/{API_PREFIX}/status", StatusHandler),
+        (rf"/{API_PREFIX}/suspend", SuspendHandler),
+        (rf"/{API_PREFIX}/checkpoint", CheckpointHandler),
+        (rf"/{API_PREFIX}/resume", ResumeHandler),
+        (rf"/{API_PREFIX}/acknowledge", AcknowledgeHandler),
+        (rf"/{API_PREFIX}/timeline", TimelineHandler),
+    ]

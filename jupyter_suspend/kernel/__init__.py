@@ -1,0 +1,1 @@
+"""Kernel side of jupyter-suspend (runs inside user kernels: keep imports cheap)."""

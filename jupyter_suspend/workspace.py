@@ -1,0 +1,301 @@
+"""The Jupyter side of the lifecycle: sessions, kernels, files, activity.
+
+A thin adapter over jupyter_server's managers so that the lifecycle core and
+the backends never touch tornado or the ServerApp directly (and so that the
+tests can reason about one small surface).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import queue
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+from .kernel.protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
+from .model import new_operation_id
+
+LOAD_HELPER_CODE = "get_ipython().run_line_magic('load_ext', 'jupyter_suspend')"
+
+
+@dataclass
+class KernelRecord:
+    """A running kernel and the session (notebook, console) it belongs to."""
+
+    kernel_id: str
+    kernel_name: str
+    execution_state: str = "unknown"
+    last_activity: float | None = None
+    pid: int | None = None
+    session_id: str | None = None
+    path: str | None = None
+    name: str | None = None
+    type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class KernelReply:
+    """What a kernel answered to a protocol request."""
+
+    kernel_id: str
+    outcome: str  # ok | error | absent | timeout | dead | expired
+    message: str = ""
+    content: dict[str, Any] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def helper(self) -> bool:
+        return self.outcome in {"ok", "error"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return None
+
+
+class Workspace:
+    """Sessions, kernels and files of one Jupyter server."""
+
+    def __init__(self, serverapp: Any):
+        self.serverapp = serverapp
+
+    @property
+    def kernel_manager(self) -> Any:
+        return self.serverapp.kernel_manager
+
+    @property
+    def session_manager(self) -> Any:
+        return self.serverapp.session_manager
+
+    @property
+    def contents_manager(self) -> Any:
+        return self.serverapp.contents_manager
+
+    # -- activity -----------------------------------------------------------
+    def last_activity(self) -> float | None:
+        """The server's last activity, as ``GET /api/status`` reports it."""
+        web_app = getattr(self.serverapp, "web_app", None)
+        if web_app is None:
+            return None
+        return _epoch(web_app.last_activity())
+
+    # -- kernels and sessions -----------------------------------------------
+    def kernel_pid(self, kernel_id: str) -> int | None:
+        try:
+            km = self.kernel_manager.get_kernel(kernel_id)
+        except KeyError:
+            return None
+        provisioner = getattr(km, "provisioner", None)
+        pid = getattr(provisioner, "pid", None)
+        if pid is None:
+            process = getattr(provisioner, "process", None)
+            pid = getattr(process, "pid", None)
+        return pid if isinstance(pid, int) else None
+
+    async def kernels(self) -> list[KernelRecord]:
+        """Every running kernel, with its session when it has one."""
+        by_kernel: dict[str, dict[str, Any]] = {}
+        for session in await ensure_async(self.session_manager.list_sessions()):
+            by_kernel[session["kernel"]["id"]] = session
+        records = []
+        for kernel_id in list(self.kernel_manager.list_kernel_ids()):
+            try:
+                km = self.kernel_manager.get_kernel(kernel_id)
+            except KeyError:
+                continue  # shut down meanwhile
+            session = by_kernel.get(kernel_id, {})
+            records.append(
+                KernelRecord(
+                    kernel_id=kernel_id,
+                    kernel_name=km.kernel_name,
+                    execution_state=getattr(km, "execution_state", "unknown"),
+                    last_activity=_epoch(getattr(km, "last_activity", None)),
+                    pid=self.kernel_pid(kernel_id),
+                    session_id=session.get("id"),
+                    path=session.get("path"),
+                    name=session.get("name"),
+                    type=session.get("type"),
+                )
+            )
+        return records
+
+    async def stop_kernel(self, record: KernelRecord) -> None:
+        """Shut a kernel down; its session row goes with it."""
+        if record.session_id is not None:
+            try:
+                await ensure_async(self.session_manager.delete_session(record.session_id))
+                return
+            except KeyError:
+                pass  # the session vanished; make sure the kernel goes too
+        if record.kernel_id in self.kernel_manager:
+            await ensure_async(self.kernel_manager.shutdown_kernel(record.kernel_id))
+
+    async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
+        """Start a kernel under the recorded id and re-create its session row,
+        so the frontend finds the same session and kernel ids again."""
+        path = record.path
+        kernel_path = await ensure_async(self.contents_manager.get_kernel_path(path=path or ""))
+        env = {**os.environ, **extra_env}
+        if path is not None:
+            env = {**self.session_manager.get_kernel_env(path, record.name), **extra_env}
+        kernel_id: str = await ensure_async(
+            self.kernel_manager.start_kernel(
+                kernel_id=record.kernel_id,
+                path=kernel_path,
+                kernel_name=record.kernel_name,
+                env=env,
+            )
+        )
+        if record.session_id is not None:
+            await ensure_async(
+                self.session_manager.save_session(
+                    record.session_id,
+                    path=record.path,
+                    name=record.name,
+                    type=record.type,
+                    kernel_id=kernel_id,
+                )
+            )
+        return kernel_id
+
+    async def wait_kernel_ready(self, kernel_id: str, timeout: float) -> float:
+        """Wait until the kernel answers ``kernel_info``: a cell can run now."""
+        km = self.kernel_manager.get_kernel(kernel_id)
+        ready = getattr(km, "ready", None)
+        if ready is not None:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        client = km.client()
+        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        try:
+            await client._async_wait_for_ready(timeout=timeout)
+        finally:
+            client.stop_channels()
+        return time.time()
+
+    # -- files ----------------------------------------------------------------
+    def os_path(self, api_path: str) -> str | None:
+        """Local path of a contents-API path, when the contents are files."""
+        to_os = getattr(self.contents_manager, "_get_os_path", None)
+        if to_os is None:
+            return None
+        return str(to_os(api_path))
+
+    async def file_exists(self, api_path: str) -> bool:
+        return bool(await ensure_async(self.contents_manager.file_exists(api_path)))
+
+    # -- the kernel request protocol -----------------------------------------
+    async def _execute(
+        self, kernel_id: str, code: str, user_expressions: dict[str, str], timeout: float
+    ) -> tuple[dict[str, Any] | None, str]:
+        """Run a silent execute_request; return (reply content or None on timeout, kernel state)."""
+        km = self.kernel_manager.get_kernel(kernel_id)
+        client = km.client()
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        try:
+            msg_id = client.execute(
+                code, silent=True, store_history=False, user_expressions=user_expressions, allow_stdin=False
+            )
+            reply = await self._await_reply(client, msg_id, time.monotonic() + timeout)
+        finally:
+            client.stop_channels()
+        return reply, getattr(km, "execution_state", "unknown")
+
+    async def _alive(self, kernel_id: str) -> str | None:
+        """None when the kernel is alive, otherwise why not."""
+        try:
+            km = self.kernel_manager.get_kernel(kernel_id)
+        except KeyError:
+            return "kernel is not running"
+        if not await ensure_async(km.is_alive()):
+            return "kernel process is not alive"
+        return None
+
+    async def kernel_request(
+        self, kernel_id: str, action: str, timeout: float, **params: Any
+    ) -> KernelReply:
+        """Send one protocol request to a kernel and wait for its answer."""
+        started = time.monotonic()
+        dead = await self._alive(kernel_id)
+        if dead:
+            return KernelReply(kernel_id, "dead", dead)
+        request = {
+            "protocol": PROTOCOL_VERSION,
+            "action": action,
+            "request_id": new_operation_id(),
+            "deadline": time.time() + timeout,
+            **params,
+        }
+        reply, state = await self._execute(
+            kernel_id, "", {USER_EXPRESSION_KEY: build_expression(request)}, timeout
+        )
+        elapsed = time.monotonic() - started
+        if reply is None:
+            return KernelReply(kernel_id, "timeout", f"no answer in {timeout:g}s (kernel {state})", elapsed=elapsed)
+        result = _interpret_reply(kernel_id, reply)
+        result.elapsed = elapsed
+        return result
+
+    async def load_helper_and_request(
+        self, kernel_id: str, action: str, timeout: float, **params: Any
+    ) -> KernelReply:
+        """Like :meth:`kernel_request`, loading the IPython extension first in a
+        kernel that has it installed but not loaded (a freshly restarted one)."""
+        reply = await self.kernel_request(kernel_id, action, timeout, **params)
+        if reply.outcome == "absent" and reply.content.get("helper") is False:
+            await self._execute(kernel_id, LOAD_HELPER_CODE, {}, timeout)
+            reply = await self.kernel_request(kernel_id, action, timeout, **params)
+        return reply
+
+    @staticmethod
+    async def _await_reply(client: Any, msg_id: str, deadline: float) -> dict[str, Any] | None:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                msg = await client.get_shell_msg(timeout=remaining)
+            except queue.Empty:
+                return None
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                return dict(msg["content"])
+
+
+def _interpret_reply(kernel_id: str, content: dict[str, Any]) -> KernelReply:
+    if content.get("status") != "ok":
+        return KernelReply(kernel_id, "absent", f"kernel could not run the request: {content.get('ename', 'error')}")
+    expression = (content.get("user_expressions") or {}).get(USER_EXPRESSION_KEY)
+    if not isinstance(expression, dict) or expression.get("status") != "ok":
+        ename = expression.get("ename", "no result") if isinstance(expression, dict) else "no result"
+        return KernelReply(kernel_id, "absent", f"jupyter_suspend helper not available in this kernel ({ename})")
+    text = expression.get("data", {}).get("text/plain", "")
+    try:
+        answer = json.loads(ast.literal_eval(text))
+    except (ValueError, SyntaxError, TypeError):
+        return KernelReply(kernel_id, "absent", "kernel answered something that is not a protocol reply")
+    if not isinstance(answer, dict):
+        return KernelReply(kernel_id, "absent", "kernel answered something that is not a protocol reply")
+    if answer.get("status") == "expired":
+        return KernelReply(kernel_id, "expired", answer.get("message", ""), answer)
+    if not answer.get("helper", False):
+        return KernelReply(kernel_id, "absent", answer.get("message", "helper not loaded"), answer)
+    outcome = "ok" if answer.get("status") == "ok" else "error"
+    return KernelReply(kernel_id, outcome, answer.get("message", ""), answer)

@@ -1,0 +1,181 @@
+"""Fixtures: a real jupyter_server (pytest-jupyter) with the extension loaded,
+authentication required, real ipykernel kernels started through the REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPResponse
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+API = "jupyter-suspend/api"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "suspend-state"
+
+
+@pytest.fixture
+def suspend_config() -> dict[str, Any]:
+    """Per-test overrides of SuspendApp traits."""
+    return {"flush_kernel_timeout": 5.0}
+
+
+@pytest.fixture
+def jp_server_config(state_dir: Path, suspend_config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_suspend": True},
+            "allow_unauthenticated_access": False,
+        },
+        "SuspendApp": {"state_dir": str(state_dir), **suspend_config},
+    }
+
+
+class SuspendClient:
+    """The REST API as the frontend and the magics use it."""
+
+    def __init__(self, fetch: Any, serverapp: Any, root_dir: Path):
+        self.fetch = fetch
+        self.serverapp = serverapp
+        self.root_dir = root_dir
+
+    async def call(self, method: str, endpoint: str, body: Any = None, raw: bytes | None = None) -> HTTPResponse:
+        kwargs: dict[str, Any] = {"method": method}
+        if method == "POST":
+            kwargs["body"] = raw if raw is not None else json.dumps(body if body is not None else {})
+        try:
+            return await self.fetch(API, endpoint, **kwargs)
+        except HTTPClientError as exc:
+            assert exc.response is not None
+            return exc.response
+
+    async def json(self, method: str, endpoint: str, body: Any = None, expect: int = 200) -> dict[str, Any]:
+        response = await self.call(method, endpoint, body)
+        text = response.body.decode() if response.body else ""
+        assert response.code == expect, f"{method} {endpoint}: {response.code} {text}"
+        return json.loads(text)
+
+    async def status(self) -> dict[str, Any]:
+        return await self.json("GET", "status")
+
+    async def wait_done(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until no operation is in progress; return the final status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.status()
+            operation = status["operation"]
+            if operation is None or not operation["in_progress"]:
+                return status
+            assert time.monotonic() < deadline, f"operation still running: {status}"
+            await asyncio.sleep(0.1)
+
+    async def wait_state(self, *states: str, timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.status()
+            if status["state"] in states:
+                return status
+            assert time.monotonic() < deadline, f"state {status['state']} never became {states}: {status}"
+            await asyncio.sleep(0.1)
+
+    async def suspend(self, **body: Any) -> dict[str, Any]:
+        await self.json("POST", "suspend", body, expect=202)
+        return await self.wait_done()
+
+    async def resume(self, **body: Any) -> dict[str, Any]:
+        await self.json("POST", "resume", body, expect=202)
+        return await self.wait_done()
+
+    # -- sessions and kernels, through jupyter_server's own REST API --------
+    async def open_notebook(self, name: str = "experiment.ipynb", cells: list[str] | None = None) -> dict[str, Any]:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(c) for c in (cells or ["x = 1"])]
+        path = self.root_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, str(path))
+        response = await self.fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps({"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}),
+        )
+        session = json.loads(response.body)
+        await self.kernel_ready(session["kernel"]["id"])
+        return session
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        response = await self.fetch("api", "sessions")
+        return list(json.loads(response.body))
+
+    async def kernel_ready(self, kernel_id: str) -> None:
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        await km.ready
+        client = km.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+        finally:
+            client.stop_channels()
+
+    async def run(self, kernel_id: str, code: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Execute code in a kernel as a user would; return the execute_reply content
+        plus collected stdout under ``stdout``."""
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        client = km.client()
+        client.start_channels()
+        out: list[str] = []
+
+        def output_hook(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+
+        try:
+            reply = await client.execute_interactive(code, timeout=timeout, output_hook=output_hook)
+        finally:
+            client.stop_channels()
+        content = dict(reply["content"])
+        content["stdout"] = "".join(out)
+        return content
+
+    def kernel_pid(self, kernel_id: str) -> int:
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        return int(km.provisioner.pid)
+
+
+@pytest.fixture
+def suspend_api(jp_fetch: Any, jp_serverapp: Any, jp_root_dir: Path) -> SuspendClient:
+    return SuspendClient(jp_fetch, jp_serverapp, jp_root_dir)
+
+
+#: Kernel code that registers protocol handlers the way the IPython extension
+#: does, so that the server side can be tested on its own.
+REGISTER_CHECKPOINT_HANDLER = """
+from jupyter_suspend.kernel import protocol as _p
+import time as _t
+_calls = []
+def _checkpoint(request):
+    _calls.append(request)
+    _t.sleep({delay})
+    if {fail!r}:
+        raise RuntimeError({fail!r})
+    return {{"checkpoints": [{{"name": "weights", "bytes": 8}}], "canary": {{"hash": "abc", "pid": __import__("os").getpid()}}}}
+def _probe(request):
+    return {{"registered": ["weights"], "uses_gpu": False}}
+_p.register_handler("checkpoint", _checkpoint)
+_p.register_handler("probe", _probe)
+"""
+
+
+def checkpoint_handler_code(delay: float = 0.0, fail: str = "") -> str:
+    return REGISTER_CHECKPOINT_HANDLER.format(delay=delay, fail=fail)
