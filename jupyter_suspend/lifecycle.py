@@ -34,7 +34,7 @@ from .model import (
     RestoreKind,
     State,
 )
-from .workspace import KernelRecord, Workspace
+from .workspace import KernelRecord, KernelReply, Workspace
 
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -81,7 +81,9 @@ class Lifecycle:
         self.failure: Failure | None = None
         self.operation: Operation | None = None
         self.cold_start: dict[str, Any] | None = None
-        self.journal_problems = []
+        self.journal_problems: list[dict[str, Any]] = []
+        #: The report of the last restore (what came back, which checkpoints).
+        self.last_restore: dict[str, Any] | None = None
         self._task: asyncio.Task[None] | None = None
         #: What the last suspend recorded, needed to resume (also in the journal).
         self._restore_record: dict[str, Any] | None = None
@@ -107,6 +109,8 @@ class Lifecycle:
                 self._flushed = entry.get("kernels", [])
             elif entry["kind"] == "released":
                 self._restore_record = entry.get("restore_record")
+            elif entry["kind"] == "restored":
+                self.last_restore = _restore_report(entry)
         if last_transition is None:
             self.journal.append("server_started", backend=self.backend.name, state=self.state.value)
             return
@@ -295,13 +299,22 @@ class Lifecycle:
         """What a suspend would keep and lose, per kernel, without doing it."""
         caps = self.backend.capabilities
         kernels = await self.workspace.kernels()
-        probes = await asyncio.gather(
-            *(self.workspace.kernel_request(k.kernel_id, "probe", min(5.0, self.settings.flush_kernel_timeout))
-              for k in kernels)
-        )
-        per_kernel = []
-        for record, reply in zip(kernels, probes, strict=True):
-            per_kernel.append(self._kernel_preflight(record, reply.outcome, reply.content, reply.message))
+
+        async def probe(record: KernelRecord) -> KernelReply:
+            # A busy kernel could only answer after its cell ends (and the
+            # kernel that runs %suspend --dry-run is busy running it): report
+            # it as busy at once rather than hang the preflight.
+            if record.execution_state == "busy":
+                return KernelReply(record.kernel_id, "timeout", "kernel is busy running a cell")
+            return await self.workspace.kernel_request(
+                record.kernel_id, "probe", min(5.0, self.settings.flush_kernel_timeout)
+            )
+
+        probes = await asyncio.gather(*(probe(k) for k in kernels))
+        per_kernel = [
+            self._kernel_preflight(record, reply.outcome, reply.content, reply.message)
+            for record, reply in zip(kernels, probes, strict=True)
+        ]
         blocking = [
             k for k in per_kernel if k["helper"] == "busy" and not caps.keeps_live_memory
         ]
@@ -489,7 +502,7 @@ class Lifecycle:
         live = bool(verdicts) and all(v["verdict"] == "LIVE" for v in verdicts)
         self.restore = RestoreKind.LIVE if live else RestoreKind.COLD
         first_cell = time.time()
-        self.journal.append(
+        entry = self.journal.append(
             "restored",
             operation_id=operation.id,
             cycle_id=operation.id,
@@ -499,6 +512,7 @@ class Lifecycle:
             restore=self.restore.value,
             verification=verdicts,
         )
+        self.last_restore = _restore_report(entry)
         self._transition(State.READY, operation, f"ready ({self.restore.value} restore)")
         self._finish(operation, Outcome.SUCCEEDED, f"returned {self.restore.value}")
 
@@ -565,7 +579,7 @@ class Lifecycle:
             )
             restored_checkpoints = await self._restore_checkpoints(operation, outcome.kernels)
             self.restore = outcome.restore
-            self.journal.append(
+            entry = self.journal.append(
                 "restored",
                 operation_id=operation.id,
                 cycle_id=cycle_id,
@@ -577,6 +591,7 @@ class Lifecycle:
                 kernels=[k.__dict__ for k in outcome.kernels],
                 checkpoints_restored=restored_checkpoints,
             )
+            self.last_restore = _restore_report(entry)
             self._restore_record = None
             errors = [k for k in outcome.kernels if k.error]
             message = f"ready ({outcome.restore.value} restore)"
@@ -660,6 +675,7 @@ class Lifecycle:
             and self.state in {State.SUSPENDED, State.FAILED}
             and not (operation and operation.in_progress),
             "cold_start": self.cold_start,
+            "last_restore": self.last_restore,
             "server": {"boot_id": BOOT_ID},
             "journal": {"path": str(self.journal.path), "problems": self.journal_problems},
         }
@@ -669,3 +685,24 @@ class Lifecycle:
 
     def checkpoint_dir_for(self, record: KernelRecord) -> Path:
         return checkpoint_dir_for(self.settings.checkpoint_dir, record)
+
+
+def _restore_report(entry: dict[str, Any]) -> dict[str, Any]:
+    """What the status says about the last restore, from its journal entry."""
+    checkpoints = entry.get("checkpoints_restored") or {}
+    return {
+        "operation_id": entry.get("operation_id"),
+        "cycle_id": entry.get("cycle_id"),
+        "restore": entry.get("restore"),
+        "time": entry.get("time"),
+        "first_cell_runnable_at": utc_iso(entry["first_cell_runnable_at"])
+        if entry.get("first_cell_runnable_at")
+        else None,
+        "kernels": [
+            {"kernel_id": k.get("kernel_id"), "path": k.get("path"), "error": k.get("error")}
+            for k in entry.get("kernels", [])
+        ],
+        "checkpoints_restored": checkpoints,
+        "checkpoints_restored_count": sum(len(c.get("restored", [])) for c in checkpoints.values()),
+        "verification": entry.get("verification"),
+    }
