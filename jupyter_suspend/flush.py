@@ -97,22 +97,26 @@ async def flush_notebooks(workspace: Workspace, kernels: list[KernelRecord]) -> 
 
 
 def classify_kernel_reply(record: KernelRecord, reply: KernelReply, checkpoint_dir: Path) -> KernelFlush:
-    common = {"kernel_id": record.kernel_id, "path": record.path, "checkpoint_dir": str(checkpoint_dir)}
+    result = KernelFlush(
+        kernel_id=record.kernel_id, path=record.path, status="failed", checkpoint_dir=str(checkpoint_dir)
+    )
     if reply.outcome == "ok":
-        return KernelFlush(
-            status="checkpointed",
-            message=reply.message,
-            checkpoints=list(reply.content.get("checkpoints", [])),
-            canary=reply.content.get("canary"),
-            **common,
-        )
-    if reply.outcome == "absent":
-        return KernelFlush(status="no_helper", message=reply.message, **common)
-    if reply.outcome in {"timeout", "expired"}:
-        return KernelFlush(status="busy_skipped", message=f"kernel busy: checkpoint skipped ({reply.message})", **common)
-    if reply.outcome == "dead":
-        return KernelFlush(status="not_running", message=reply.message, **common)
-    return KernelFlush(status="failed", message=reply.message or "checkpoint failed", **common)
+        result.status = "checkpointed"
+        result.message = reply.message
+        result.checkpoints = list(reply.content.get("checkpoints", []))
+        result.canary = reply.content.get("canary")
+    elif reply.outcome == "absent":
+        result.status = "no_helper"
+        result.message = reply.message
+    elif reply.outcome in {"timeout", "expired"}:
+        result.status = "busy_skipped"
+        result.message = f"kernel busy: checkpoint skipped ({reply.message})"
+    elif reply.outcome == "dead":
+        result.status = "not_running"
+        result.message = reply.message
+    else:
+        result.message = reply.message or "checkpoint failed"
+    return result
 
 
 async def flush_kernels(

@@ -9,6 +9,7 @@ methods here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -149,10 +150,8 @@ class Lifecycle:
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
-                pass
 
     # -- state machine ------------------------------------------------------
     def _transition(self, new: State, operation: Operation | None, message: str = "", **detail: Any) -> None:
@@ -315,9 +314,7 @@ class Lifecycle:
             self._kernel_preflight(record, reply.outcome, reply.content, reply.message)
             for record, reply in zip(kernels, probes, strict=True)
         ]
-        blocking = [
-            k for k in per_kernel if k["helper"] == "busy" and not caps.keeps_live_memory
-        ]
+        blocking = [k for k in per_kernel if k["helper"] == "busy" and not caps.keeps_live_memory]
         return {
             "state": self.state.value,
             "backend": self.backend.describe(),
@@ -353,9 +350,7 @@ class Lifecycle:
         if caps.keeps_live_memory:
             kept.append("all variables in kernel memory")
         else:
-            lost.append(
-                "variables not registered for checkpoints" if registered else "all variables in kernel memory"
-            )
+            lost.append("variables not registered for checkpoints" if registered else "all variables in kernel memory")
         if uses_gpu:
             (kept if caps.keeps_gpu_memory else lost).append("tensors in GPU memory")
         return {
@@ -392,15 +387,16 @@ class Lifecycle:
             step.finish("failed", f"application checkpoint failed: {reason}", **detail)
             raise FlushFailed("flush.kernels", f"application checkpoint failed: {reason}")
         busy = [r for r in results if r.status == "busy_skipped"]
-        if busy and operation.kind == OperationKind.SUSPEND and not force:
-            if not self.backend.capabilities.keeps_live_memory:
-                names = ", ".join(r.path or r.kernel_id for r in busy)
-                message = (
-                    f"kernel busy: checkpoint skipped for {names}; suspending now would lose its work. "
-                    "Wait for the cell to finish or interrupt it, or suspend with force."
-                )
-                step.finish("failed", message, **detail)
-                raise FlushFailed("flush.kernels", message)
+        # A busy kernel's live state survives only on a backend that keeps memory.
+        loses_busy_work = not self.backend.capabilities.keeps_live_memory
+        if busy and operation.kind == OperationKind.SUSPEND and not force and loses_busy_work:
+            names = ", ".join(r.path or r.kernel_id for r in busy)
+            message = (
+                f"kernel busy: checkpoint skipped for {names}; suspending now would lose its work. "
+                "Wait for the cell to finish or interrupt it, or suspend with force."
+            )
+            step.finish("failed", message, **detail)
+            raise FlushFailed("flush.kernels", message)
         summary = ", ".join(f"{r.status}: {sum(1 for x in results if x.status == r.status)}" for r in results)
         step.finish("ok", summary or "no kernels", **detail)
         return results
@@ -442,8 +438,13 @@ class Lifecycle:
                 self.log.exception("jupyter-suspend: release failed")
                 step.finish("failed", str(exc))
                 self._restore_record = {"kernels": [k.to_dict() for k in kernels]}
-                self.journal.append("released", operation_id=operation.id, partial=True,
-                                    restore_record=self._restore_record, error=str(exc))
+                self.journal.append(
+                    "released",
+                    operation_id=operation.id,
+                    partial=True,
+                    restore_record=self._restore_record,
+                    error=str(exc),
+                )
                 self._fail(
                     operation,
                     f"releasing the environment failed part-way: {exc}",

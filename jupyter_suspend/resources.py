@@ -39,7 +39,7 @@ class GpuProbe:
         self.reason = "nvidia-ml-py is not installed"
         self._nvml: Any = None
         try:
-            import pynvml  # type: ignore[import-not-found]  # from nvidia-ml-py
+            import pynvml  # from nvidia-ml-py
         except ImportError:
             return
         try:

@@ -96,10 +96,6 @@ def build(entries: list[dict[str, Any]], now: float | None = None) -> dict[str, 
     now = time.time() if now is None else now
     cycles: dict[str, _Cycle] = {}
     order: list[str] = []
-    suspend_ops: set[str] = set()
-
-    def cycle(cycle_id: str | None) -> _Cycle | None:
-        return cycles.get(cycle_id) if cycle_id else None
 
     for entry in entries:
         kind = entry.get("kind")
@@ -107,50 +103,20 @@ def build(entries: list[dict[str, Any]], now: float | None = None) -> dict[str, 
         if kind == "suspend_requested" and op:
             c = cycles[op] = _Cycle(op)
             order.append(op)
-            suspend_ops.add(op)
             c.data["reason"] = entry.get("reason", "")
             c.data["kernels"] = len(entry.get("kernels", []))
             c.data["backend"] = (entry.get("backend") or {}).get("name")
             c.mark("suspend_requested", entry.get("wall"), entry)
             c.mark("active_work_ended", entry.get("active_work_ended"))
-        elif kind == "flushed" and (c := cycle(op)):
-            c.mark("flush_completed", entry.get("wall"), entry)
-            c.data["checkpointed_kernels"] = sum(1 for k in entry.get("kernels", []) if k.get("status") == "checkpointed")
-        elif kind == "released" and (c := cycle(op)):
-            c.mark("environment_stopped", entry.get("environment_stopped_at"))
-            c.mark("node_released", entry.get("node_released_at"))
-            c.data["released"] = entry.get("released")
-            if entry.get("partial"):
-                c.data["notes"].append(f"release failed part-way: {entry.get('error')}")
-            if entry.get("snapshot"):
-                c.data["snapshot"] = entry["snapshot"]
-        elif kind == "resume_requested" and (c := cycle(entry.get("cycle_id"))):
-            c.mark("resume_requested", entry.get("wall"), entry)
-        elif kind == "capacity_wait" and (c := cycle(_latest(order))):
-            c.data["notes"].append(f"waited for capacity: {entry.get('reason')}")
-        elif kind == "restored" and (c := cycle(entry.get("cycle_id"))):
-            c.mark("resume_requested", entry.get("resume_requested_at"))
-            c.mark("capacity_available", entry.get("capacity_available_at"))
-            c.mark("restored", entry.get("restored_at"))
-            c.mark("first_cell_runnable", entry.get("first_cell_runnable_at"))
-            c.data["restore"] = entry.get("restore")
-            c.data["checkpoints_restored"] = entry.get("checkpoints_restored")
-            c.data["outcome"] = "resumed"
-        elif kind == "operation_finished" and op in suspend_ops and (c := cycle(op)):
-            outcome = entry.get("outcome")
-            if outcome == "aborted":
-                c.data["outcome"] = "aborted"
-                c.data["notes"].append(entry.get("message", ""))
-            elif outcome == "failed":
-                c.data["outcome"] = "failed"
-                c.data["notes"].append(entry.get("message", ""))
-            elif c.data["outcome"] == "in_progress":
-                c.data["outcome"] = "suspended"
-        elif kind == "operation_finished" and entry.get("operation_kind") == "resume":
-            if entry.get("outcome") == "failed" and (c := cycle(_latest(order))):
-                c.data["notes"].append(f"resume failed: {entry.get('message', '')}")
-        elif kind == "recovered" and (c := cycle(op)):
-            c.data["notes"].append(f"server started cold: {entry.get('message', '')}")
+            continue
+        # Resume entries name the cycle they resume; a capacity wait or a
+        # failed resume belongs to the latest cycle.
+        target = entry.get("cycle_id") or op
+        if kind in {"capacity_wait", "operation_finished"} and entry.get("operation_kind") != "suspend":
+            target = order[-1] if order else None
+        found = cycles.get(target) if target else None
+        if found is not None:
+            _apply(found, kind, entry)
 
     cycle_dicts = [cycles[i].to_dict(now) for i in order]
     return {
@@ -167,5 +133,41 @@ def build(entries: list[dict[str, Any]], now: float | None = None) -> dict[str, 
     }
 
 
-def _latest(order: list[str]) -> str | None:
-    return order[-1] if order else None
+def _apply(c: _Cycle, kind: str | None, entry: dict[str, Any]) -> None:
+    notes: list[str] = c.data["notes"]
+    if kind == "flushed":
+        c.mark("flush_completed", entry.get("wall"), entry)
+        kernels = entry.get("kernels", [])
+        c.data["checkpointed_kernels"] = sum(1 for k in kernels if k.get("status") == "checkpointed")
+    elif kind == "released":
+        c.mark("environment_stopped", entry.get("environment_stopped_at"))
+        c.mark("node_released", entry.get("node_released_at"))
+        c.data["released"] = entry.get("released")
+        if entry.get("partial"):
+            notes.append(f"release failed part-way: {entry.get('error')}")
+        if entry.get("snapshot"):
+            c.data["snapshot"] = entry["snapshot"]
+    elif kind == "resume_requested":
+        c.mark("resume_requested", entry.get("wall"), entry)
+    elif kind == "capacity_wait":
+        notes.append(f"waited for capacity: {entry.get('reason')}")
+    elif kind == "restored":
+        c.mark("resume_requested", entry.get("resume_requested_at"))
+        c.mark("capacity_available", entry.get("capacity_available_at"))
+        c.mark("restored", entry.get("restored_at"))
+        c.mark("first_cell_runnable", entry.get("first_cell_runnable_at"))
+        c.data["restore"] = entry.get("restore")
+        c.data["checkpoints_restored"] = entry.get("checkpoints_restored")
+        c.data["outcome"] = "resumed"
+    elif kind == "operation_finished" and entry.get("operation_kind") == "suspend":
+        outcome = entry.get("outcome")
+        if outcome in {"aborted", "failed"}:
+            c.data["outcome"] = outcome
+            notes.append(entry.get("message", ""))
+        elif c.data["outcome"] == "in_progress":
+            c.data["outcome"] = "suspended"
+    elif kind == "operation_finished" and entry.get("operation_kind") == "resume":
+        if entry.get("outcome") == "failed":
+            notes.append(f"resume failed: {entry.get('message', '')}")
+    elif kind == "recovered":
+        notes.append(f"server started cold: {entry.get('message', '')}")

@@ -44,7 +44,7 @@ class KernelRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelRecord:
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -229,9 +229,7 @@ class Workspace:
             return "kernel process is not alive"
         return None
 
-    async def kernel_request(
-        self, kernel_id: str, action: str, timeout: float, **params: Any
-    ) -> KernelReply:
+    async def kernel_request(self, kernel_id: str, action: str, timeout: float, **params: Any) -> KernelReply:
         """Send one protocol request to a kernel and wait for its answer."""
         started = time.monotonic()
         dead = await self._alive(kernel_id)
@@ -244,9 +242,7 @@ class Workspace:
             "deadline": time.time() + timeout,
             **params,
         }
-        reply, state = await self._execute(
-            kernel_id, "", {USER_EXPRESSION_KEY: build_expression(request)}, timeout
-        )
+        reply, state = await self._execute(kernel_id, "", {USER_EXPRESSION_KEY: build_expression(request)}, timeout)
         elapsed = time.monotonic() - started
         if reply is None:
             return KernelReply(kernel_id, "timeout", f"no answer in {timeout:g}s (kernel {state})", elapsed=elapsed)
@@ -254,9 +250,7 @@ class Workspace:
         result.elapsed = elapsed
         return result
 
-    async def load_helper_and_request(
-        self, kernel_id: str, action: str, timeout: float, **params: Any
-    ) -> KernelReply:
+    async def load_helper_and_request(self, kernel_id: str, action: str, timeout: float, **params: Any) -> KernelReply:
         """Like :meth:`kernel_request`, loading the IPython extension first in a
         kernel that has it installed but not loaded (a freshly restarted one)."""
         reply = await self.kernel_request(kernel_id, action, timeout, **params)

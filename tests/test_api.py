@@ -98,7 +98,13 @@ async def test_suspend_and_resume_local_backend(suspend_api: SuspendClient, stat
     cycle = timeline["cycles"][-1]
     assert cycle["outcome"] == "resumed"
     assert cycle["restore"] == "cold"
-    for mark in ("suspend_requested", "environment_stopped", "node_released", "resume_requested", "first_cell_runnable"):
+    for mark in (
+        "suspend_requested",
+        "environment_stopped",
+        "node_released",
+        "resume_requested",
+        "first_cell_runnable",
+    ):
         assert cycle["times"][mark] is not None, mark
     assert cycle["durations"]["resume_to_runnable"] > 0
     assert cycle["durations"]["suspended"] > 0

@@ -106,7 +106,7 @@ class LocalBackend(Backend):
         environment_stopped_at = time.time()
 
         node_released_at, holding = await asyncio.to_thread(wait_until_gone, pids, self.gpu, self.release_timeout)
-        record_data = {"kernels": [k.to_dict() for k in ctx.kernels]}
+        record_data: dict[str, Any] = {"kernels": [k.to_dict() for k in ctx.kernels]}
         if holding:
             record_data["still_running_pids"] = holding
         return Suspended(
@@ -116,7 +116,7 @@ class LocalBackend(Backend):
             restore_record=record_data,
         )
 
-    def _check_capacity(self, restore_record: dict[str, Any]) -> None:
+    def _check_capacity(self) -> None:
         needed = self.capacity_headroom_bytes
         if needed <= 0:
             return
@@ -128,7 +128,7 @@ class LocalBackend(Backend):
             )
 
     async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
-        self._check_capacity(ctx.restore_record)
+        self._check_capacity()
         capacity_available_at = time.time()
         records = [KernelRecord.from_dict(k) for k in ctx.restore_record.get("kernels", [])]
 
