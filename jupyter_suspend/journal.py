@@ -74,6 +74,9 @@ class Journal:
         self._lock = threading.Lock()
         self.directory.mkdir(parents=True, exist_ok=True)
         readout = self.read()
+        #: What was wrong with the journal when this process opened it (a torn
+        #: tail is repaired on open, so later reads call it "corrupt").
+        self.startup_problems = readout.problems
         self._next_seq = max((e["seq"] for e in readout.entries), default=0) + 1
         self._repair_unterminated_tail()
 

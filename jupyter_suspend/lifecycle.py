@@ -95,8 +95,8 @@ class Lifecycle:
     def recover(self) -> None:
         """Read the journal a previous process left and decide where we are."""
         readout = self.journal.read()
-        self.journal_problems = [p.to_dict() for p in readout.problems]
-        for problem in readout.problems:
+        self.journal_problems = [p.to_dict() for p in self.journal.startup_problems]
+        for problem in self.journal.startup_problems:
             self.log.warning("jupyter-suspend journal line %s is %s: %r", problem.line, problem.kind, problem.excerpt)
         last_transition = None
         for entry in readout.entries:

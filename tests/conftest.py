@@ -149,6 +149,14 @@ class SuspendClient:
         content["stdout"] = "".join(out)
         return content
 
+    async def wait_until_busy(self, kernel_id: str, timeout: float = 30.0) -> None:
+        """Wait until the server has seen the kernel go busy (a cell is running)."""
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        deadline = time.monotonic() + timeout
+        while km.execution_state != "busy":
+            assert time.monotonic() < deadline, f"kernel {kernel_id} never went busy"
+            await asyncio.sleep(0.05)
+
     def kernel_pid(self, kernel_id: str) -> int:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
         return int(km.provisioner.pid)

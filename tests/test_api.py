@@ -220,7 +220,7 @@ async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> N
     client.start_channels()
     try:
         client.execute("import time; time.sleep(6)")
-        await asyncio.sleep(0.5)
+        await suspend_api.wait_until_busy(kernel_id)
         status = await suspend_api.suspend()
         assert status["state"] == "running"
         assert "kernel busy: checkpoint skipped" in status["operation"]["message"]
