@@ -38,6 +38,8 @@ from .model import (
 from .workspace import KernelRecord, KernelReply, Workspace
 
 EventSink = Callable[[dict[str, Any]], None]
+#: Seconds during which a preflight counts as the start of the suspend flow.
+PREFLIGHT_ACTIVITY_WINDOW = 300.0
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Lifecycle:
         self._restore_record: dict[str, Any] | None = None
         self._cycle_id: str | None = None
         self._flushed: list[dict[str, Any]] = []
+        self._activity_before_preflight: tuple[float, float | None] | None = None
 
     # -- start-up -------------------------------------------------------------
     def recover(self) -> None:
@@ -297,6 +300,9 @@ class Lifecycle:
     async def preflight(self) -> dict[str, Any]:
         """What a suspend would keep and lose, per kernel, without doing it."""
         caps = self.backend.capabilities
+        # Probing kernels is kernel activity; remember when the user's own
+        # activity ended so the suspend that follows can report it.
+        self._activity_before_preflight = (time.time(), self.workspace.last_activity())
         kernels = await self.workspace.kernels()
 
         async def probe(record: KernelRecord) -> KernelReply:
@@ -401,8 +407,19 @@ class Lifecycle:
         step.finish("ok", summary or "no kernels", **detail)
         return results
 
+    def _active_work_ended(self) -> float | None:
+        """Last user activity before this suspend flow started: a preflight
+        (the suspend dialog's dry run) moments ago does not count as work."""
+        current = self.workspace.last_activity()
+        if self._activity_before_preflight is not None:
+            probed_at, before = self._activity_before_preflight
+            if time.time() - probed_at < PREFLIGHT_ACTIVITY_WINDOW and before is not None:
+                return before
+        return current
+
     async def _run_suspend(self, operation: Operation, force: bool) -> None:
-        active_work_ended = self.workspace.last_activity()
+        active_work_ended = self._active_work_ended()
+        self._activity_before_preflight = None
         try:
             self._transition(State.FLUSHING, operation, "saving notebooks and application checkpoints")
             kernels = await self.workspace.kernels()

@@ -361,3 +361,16 @@ async def test_states_are_spelled_as_documented(suspend_api: SuspendClient) -> N
 
     assert {s.value for s in State} == STATES
     assert (await suspend_api.status())["state"] in STATES
+
+
+async def test_active_work_ended_ignores_the_suspend_dialog_probe(suspend_api: SuspendClient) -> None:
+    session = await suspend_api.open_notebook()
+    await suspend_api.run(session["kernel"]["id"], "work = sum(range(10))")
+    last_user_activity = (await suspend_api.status())["last_activity"]
+    await asyncio.sleep(0.3)
+    await suspend_api.json("POST", "suspend", {"dry_run": True})  # probes kernels: kernel activity
+    assert (await suspend_api.status())["last_activity"] > last_user_activity
+    await suspend_api.suspend()
+    cycle = (await suspend_api.json("GET", "timeline"))["cycles"][-1]
+    assert cycle["times"]["active_work_ended"] == last_user_activity
+    assert cycle["durations"]["idle_before_suspend"] >= 0.3

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every check and every test, from a fresh machine: installs what is missing,
+# then lint and type checks (Python and TypeScript), the pytest suite (real
+# jupyter_server, real kernels), the packaging check (a built wheel in a clean
+# venv) and the browser tests (real jupyter lab in the system Chromium).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v chromium >/dev/null 2>&1; then
+  step "installing Chromium (Debian package) for the browser tests"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+step "ruff (lint and format)"
+ruff check jupyter_suspend tests
+ruff format --check jupyter_suspend tests
+
+step "mypy"
+mypy
+
+step "eslint and tsc"
+jlpm eslint:check
+jlpm typecheck
+
+step "pytest"
+python -m pytest tests -q -p no:cacheprovider
+
+step "packaging: wheel in a clean venv"
+scripts/check-package.sh
+
+echo
+echo "ALL CHECKS PASSED"
