@@ -51,20 +51,19 @@ class GpuProbe:
         self.available = True
         self.reason = "nvml"
 
-    def usage_by_pid(self) -> dict[int, tuple[int, str]]:
-        """pid -> (bytes of device memory, device name)."""
+    def usage_by_pid(self) -> dict[int, tuple[int, list[str]]]:
+        """pid -> (bytes of device memory on all devices, ["index:name", ...])."""
         if not self.available:
             return {}
         nvml = self._nvml
-        usage: dict[int, tuple[int, str]] = {}
+        usage: dict[int, tuple[int, list[str]]] = {}
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             name = nvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else str(name)
+            device = f"{index}:{name.decode() if isinstance(name, bytes) else name}"
             for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                used = proc.usedGpuMemory or 0
-                previous = usage.get(proc.pid, (0, name))[0]
-                usage[proc.pid] = (previous + used, f"{index}:{name}")
+                used, devices = usage.get(proc.pid, (0, []))
+                usage[proc.pid] = (used + (proc.usedGpuMemory or 0), [*devices, device])
         return usage
 
 
@@ -80,10 +79,9 @@ def measure(pid: int | None, gpu: GpuProbe) -> ProcessUsage:
             continue
         usage.pids.append(proc.pid)
         if proc.pid in gpu_by_pid:
-            used, device = gpu_by_pid[proc.pid]
+            used, devices = gpu_by_pid[proc.pid]
             usage.gpu_memory_bytes += used
-            if device not in usage.gpu_devices:
-                usage.gpu_devices.append(device)
+            usage.gpu_devices += [d for d in devices if d not in usage.gpu_devices]
     return usage
 
 
