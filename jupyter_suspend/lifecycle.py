@@ -105,6 +105,8 @@ class Lifecycle:
         for entry in readout.entries:
             if entry["kind"] in {"transition", "recovered"}:
                 last_transition = entry
+                if entry.get("to") in {State.RUNNING.value, State.READY.value}:
+                    self._restore_record = None  # resumed or acknowledged: nothing left to resume
             elif entry["kind"] == "suspend_requested":
                 self._cycle_id = entry.get("operation_id")
                 self._restore_record = None
@@ -252,18 +254,14 @@ class Lifecycle:
 
     # -- public operations --------------------------------------------------
     def start_suspend(self, reason: str = "", force: bool = False) -> Operation:
-        operation = self._claim(
-            OperationKind.SUSPEND, reason, STEADY_STATES | {State.FAILED} - self._failed_with_record(), force=force
-        )
+        allowed = STEADY_STATES
+        # From failed only if nothing recorded is waiting to be resumed:
+        # suspending again would forget that environment.
+        if self._restore_record is None:
+            allowed |= {State.FAILED}
+        operation = self._claim(OperationKind.SUSPEND, reason, allowed, force=force)
         self._spawn(self._run_suspend(operation, force))
         return operation
-
-    def _failed_with_record(self) -> frozenset[State]:
-        # A failure that left a recorded environment behind must be resumed
-        # (or acknowledged) first: suspending again would forget it.
-        if self.state == State.FAILED and self._restore_record is not None:
-            return frozenset({State.FAILED})
-        return frozenset()
 
     def start_resume(self, reason: str = "") -> Operation:
         if not self.backend.capabilities.resume_from_server:

@@ -186,7 +186,7 @@ class Workspace:
         client = km.client()
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         try:
-            await client._async_wait_for_ready(timeout=timeout)
+            await client.wait_for_ready(timeout=timeout)
         finally:
             client.stop_channels()
         return time.time()
