@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -132,13 +133,28 @@ class SuspendAPI:
         return urllib.parse.urljoin(self.info.url, f"{API}/{endpoint}")
 
     def get(self, endpoint: str) -> dict[str, Any]:
-        return self._call("GET", endpoint, None)
+        return self._call("GET", self.url(endpoint), None)
 
     def post(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", endpoint, body)
+        return self._call("POST", self.url(endpoint), body)
 
-    def _call(self, method: str, endpoint: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        url = self.url(endpoint)
+    def wait_seen_busy(self, kernel_id: str, timeout: float = 3.0) -> bool:
+        """Wait until the server has seen this kernel go busy (it learns that
+        from the kernel's status messages, a moment after the cell started):
+        until then it would try to probe us and wait for an answer that can
+        only come when the cell ends."""
+        url = urllib.parse.urljoin(self.info.url, f"api/kernels/{urllib.parse.quote(kernel_id)}")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                state = self._call("GET", url, None).get("execution_state")
+            except ApiError:
+                return False
+            if state == "busy" or time.monotonic() > deadline:
+                return state == "busy"
+            time.sleep(0.05)
+
+    def _call(self, method: str, url: str, body: dict[str, Any] | None) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if self.info.token:
             headers["Authorization"] = f"token {self.info.token}"
@@ -159,7 +175,7 @@ class SuspendAPI:
             parsed = {"message": raw[:200].decode(errors="replace")}
         # Our own 404 (an unknown kernel id) names the kernel; any other 404
         # means the extension is not there.
-        if status == 404 and not (isinstance(parsed, dict) and "kernel_id" in parsed):
+        if status == 404 and not (isinstance(parsed, dict) and "kernel_id" in parsed) and API in url:
             raise ServerNotFound(
                 f"the Jupyter server at {self.info.url} does not serve {API}: "
                 "is the jupyter_suspend server extension enabled?"

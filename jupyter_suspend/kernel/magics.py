@@ -96,8 +96,10 @@ class SuspendMagics(Magics):
         try:
             args = _suspend_parser().parse_args(shlex.split(line))
             api = self._api()
-            preflight = api.post("suspend", {"dry_run": True})
             me = self.kernel_side.kernel_id()
+            if me:
+                api.wait_seen_busy(me)
+            preflight = api.post("suspend", {"dry_run": True})
             preflight = fill_own_line(preflight, me, self.kernel_side.registry.names())
             print(format_preflight(preflight, me))
             if args.dry_run:
@@ -313,7 +315,8 @@ def format_saved(objects: dict[str, dict[str, Any]], generation: str, folder: st
     lines = [f"saved {len(objects)} name(s), {human_bytes(total)} in {seconds:.2f} s{rate}"]
     lines.append(f"  generation {generation} in {folder}")
     for name, entry in objects.items():
-        devices = f" from {', '.join(entry['devices'])}" if entry.get("devices") else ""
+        on = [d for d in entry.get("devices", []) if d != "cpu"]
+        devices = f" from {', '.join(on)}" if on else ""
         what = entry.get("type") or entry.get("kind")
         lines.append(f"  {name}: {human_bytes(entry.get('bytes', 0))} ({what}{devices})")
     return "\n".join(lines)

@@ -38,6 +38,7 @@ import socket
 import struct
 import sys
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -158,11 +159,46 @@ def serialize(obj: Any) -> Serialized:
     return Serialized(out.getvalue(), serializer, buffers)
 
 
-def content_hash(pickle_sha256: str, tensors: list[dict[str, Any]]) -> str:
-    """The hash of an object that verification compares: its pickled structure
-    plus every tensor's key, dtype, shape and content (never its device)."""
+def structure_digest(obj: Any, ser: Serialized) -> str:
+    """SHA-256 of an object's structure (everything but its arrays/tensors),
+    the same for equal objects in different processes.
+
+    The pickle that is stored is not canonical: its memo records which
+    *string objects* happen to be shared, set order follows the per-process
+    string hash seed, and cloudpickle writes notebook classes by value. So
+    the structure is hashed from a second pickle without a memo (``fast``
+    mode), with sets sorted, classes and functions by name, and tensors by
+    key. Cyclic objects cannot be pickled that way: their stored pickle bytes
+    are hashed instead (then only a same-process comparison is meaningful).
+    """
+    keys = {id(b.obj): key for key, b in ser.buffers}
+
+    class Canonical(pickle.Pickler):
+        def persistent_id(self, value: Any) -> Any:
+            if id(value) in keys and as_buffer(value) is not None:
+                return ("tensor", keys[id(value)])
+            if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)):
+                name = getattr(value, "__qualname__", getattr(value, "__name__", ""))
+                return ("ref", getattr(value, "__module__", None), name)
+            if type(value) in (set, frozenset):
+                return (type(value).__name__, tuple(sorted(value, key=lambda e: (type(e).__name__, repr(e)))))
+            return None
+
+    out = io.BytesIO()
+    pickler = Canonical(out, protocol=PICKLE_PROTOCOL)
+    pickler.fast = True  # no memo: identity sharing of equal values must not matter
+    try:
+        pickler.dump(obj)
+    except (ValueError, RecursionError, pickle.PicklingError, TypeError, AttributeError):
+        return "pickle:" + hashlib.sha256(ser.pickle_bytes).hexdigest()
+    return hashlib.sha256(out.getvalue()).hexdigest()
+
+
+def content_hash(structure: str, tensors: list[dict[str, Any]]) -> str:
+    """The hash of an object that verification compares: its structure plus
+    every tensor's key, dtype, shape and content (never its device)."""
     h = hashlib.sha256(b"jupyter-suspend-content-v1\n")
-    h.update(pickle_sha256.encode())
+    h.update(structure.encode())
     for t in tensors:
         h.update(f"\n{t['key']}|{t['dtype']}|{t['shape']}|{','.join(t['sha256_chunks'])}".encode())
     return "sha256:" + h.hexdigest()
@@ -191,11 +227,11 @@ def observe(obj: Any) -> dict[str, Any]:
         }
         for key, b in ser.buffers
     ]
-    pickle_sha = hashlib.sha256(ser.pickle_bytes).hexdigest()
+    structure = structure_digest(obj, ser)
     return {
-        "content_hash": content_hash(pickle_sha, tensors),
+        "content_hash": content_hash(structure, tensors),
         "tensors_hash": tensors_hash(tensors),
-        "structure_sha256": pickle_sha,
+        "structure_sha256": structure.removeprefix("pickle:"),
         "tensors": len(tensors),
         "devices": sorted({t["device"] for t in tensors}),
     }
@@ -406,7 +442,7 @@ class CheckpointStore:
             tensors, size = _write_safetensors(tmp / data_file, ser.buffers, item.name)
             entry["data"] = {"file": data_file, "bytes": size, "format": "safetensors", "tensors": tensors}
             entry["bytes"] += size
-        entry["content_hash"] = content_hash(pickle_sha, tensors)
+        entry["content_hash"] = content_hash(structure_digest(item.obj, ser), tensors)
         entry["tensors_hash"] = tensors_hash(tensors)
         entry["tensors"] = len(tensors)
         entry["devices"] = sorted({t["device"] for t in tensors})
