@@ -587,7 +587,10 @@ class CheckpointStore:
         warnings: list[str] = []
         size = len(data)
         if "data" in entry:
-            tensors, warnings = _read_safetensors(gen.path / entry["data"]["file"], entry["data"]["tensors"], where)
+            chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
+            tensors, warnings = _read_safetensors(
+                gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk
+            )
             size += entry["data"]["bytes"]
 
         class Unpickler(pickle.Unpickler):
@@ -644,7 +647,8 @@ class CheckpointStore:
             if hashlib.sha256(data).hexdigest() != entry["pickle"]["sha256"]:
                 return f"{where}: {entry['pickle']['file']} fails its SHA-256 check"
             if "data" in entry:
-                _check_safetensors(gen.path / entry["data"]["file"], entry["data"]["tensors"], where)
+                chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
+                _check_safetensors(gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk)
         except CorruptCheckpoint as exc:
             return str(exc)
         except OSError as exc:
@@ -733,7 +737,9 @@ def _open_data(path: Path, where: str) -> Any:
     return fh
 
 
-def _read_safetensors(path: Path, entries: list[dict[str, Any]], where: str) -> tuple[dict[str, Any], list[str]]:
+def _read_safetensors(
+    path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int
+) -> tuple[dict[str, Any], list[str]]:
     """Read every tensor into fresh host memory, checking each chunk's SHA-256
     (in background threads, while the next chunk is read); move tensors back
     to their device only after everything checked out."""
@@ -748,8 +754,8 @@ def _read_safetensors(path: Path, entries: list[dict[str, Any]], where: str) -> 
             fh.seek(entry["offset"])
             hasher = ChunkHasher()
             try:
-                for start in range(0, view.nbytes, CHUNK_BYTES):
-                    chunk = view[start : start + CHUNK_BYTES]
+                for start in range(0, view.nbytes, chunk_bytes):
+                    chunk = view[start : start + chunk_bytes]
                     _read_into(fh, chunk)
                     hasher.add(chunk)
             except EOFError as exc:
@@ -769,7 +775,7 @@ def _read_safetensors(path: Path, entries: list[dict[str, Any]], where: str) -> 
     return loaded, warnings
 
 
-def _check_safetensors(path: Path, entries: list[dict[str, Any]], where: str) -> None:
+def _check_safetensors(path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int) -> None:
     with _open_data(path, where) as fh:
         for entry in entries:
             fh.seek(entry["offset"])
@@ -778,7 +784,7 @@ def _check_safetensors(path: Path, entries: list[dict[str, Any]], where: str) ->
             if remaining == 0:
                 digests.append(hashlib.sha256(b"").hexdigest())
             while remaining > 0:
-                block = bytearray(min(CHUNK_BYTES, remaining))
+                block = bytearray(min(chunk_bytes, remaining))
                 try:
                     _read_into(fh, memoryview(block))
                 except EOFError as exc:

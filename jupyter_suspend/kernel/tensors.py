@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-CHUNK_BYTES = 64 * 2**20
+CHUNK_BYTES = 16 * 2**20
 
 #: numpy dtype name -> safetensors dtype code (little-endian, native layouts only).
 NUMPY_DTYPES = {
