@@ -549,7 +549,7 @@ class Lifecycle:
                 continue
             record = self._records.get(kernel_id) or verify_mod.record_from_flush(flushed, "suspend", None, None)
             try:
-                observed = await self._observe(kernel_id, [])
+                observed = await self._observe(kernel_id, [], self.settings.flush_kernel_timeout)
             except verify_mod.VerifyError as exc:
                 # Unproven is not live.
                 results.append({"kernel_id": kernel_id, "verdict": "COLD", "message": f"not verified: {exc}"})
@@ -566,22 +566,20 @@ class Lifecycle:
                     kernel, source, entry.get("operation_id"), entry.get("time")
                 )
 
-    async def _observe(self, kernel_id: str, names: list[str]) -> dict[str, Any]:
-        """Ask an idle kernel for its observation (or look at it from outside
-        when it has no helper); VerifyError when it cannot answer now."""
+    async def _observe(self, kernel_id: str, names: list[str], timeout: float) -> dict[str, Any]:
+        """Ask a kernel for its observation (or look at it from outside when it
+        has no helper); VerifyError when it cannot answer within ``timeout``."""
         records = {k.kernel_id: k for k in await self.workspace.kernels()}
         record = records.get(kernel_id)
         if record is None:
             raise verify_mod.VerifyError(
                 409, f"kernel {kernel_id} is not running (state {self.state.value}): nothing to observe", kernel_id
             )
-        if record.execution_state == "busy":
+        reply = await self.workspace.kernel_request(kernel_id, "verify", timeout, names=names)
+        if reply.outcome in {"timeout", "expired"}:
             raise verify_mod.VerifyError(
                 409, f"kernel {kernel_id} is busy: run %verify_live_state in it, or retry when it is idle", kernel_id
             )
-        reply = await self.workspace.kernel_request(
-            kernel_id, "verify", min(10.0, self.settings.flush_kernel_timeout), names=names
-        )
         if reply.outcome == "ok" and isinstance(reply.content.get("observed"), dict):
             observed: dict[str, Any] = reply.content["observed"]
             return observed
@@ -607,7 +605,10 @@ class Lifecycle:
                 kernel_id,
             )
         if observed is None:
-            observed = await self._observe(kernel_id, list(names or []))
+            # The state the server tracks can lag; a busy-looking kernel gets a short chance.
+            busy = any(k.kernel_id == kernel_id and k.execution_state == "busy" for k in await self.workspace.kernels())
+            timeout = min(2.0 if busy else 10.0, self.settings.flush_kernel_timeout)
+            observed = await self._observe(kernel_id, list(names or []), timeout)
         result = verify_mod.compare(kernel_id, observed, record, self.last_restore, names)
         self.journal.append(
             "verified",

@@ -294,7 +294,7 @@ async def test_verify_unknown_kernel_and_busy_kernel(suspend_api: SuspendClient,
     client = km.client()
     client.start_channels()
     try:
-        client.execute("import time; time.sleep(3)")
+        client.execute("import time; time.sleep(5)")
         await asyncio.sleep(0.5)
         busy = await suspend_api.json("POST", "verify", {"kernel_id": kernel_id}, expect=409)
         assert "is busy: run %verify_live_state in it" in busy["message"]
@@ -368,3 +368,37 @@ async def test_torch_model_survives_a_cold_resume(suspend_api: SuspendClient, ke
     text, data = await verdict(suspend_api, kernel_id, "model probe")
     assert text.startswith("COLD"), text
     assert data["details"]["names"]["model"]["status"] == "match", data
+
+
+@pytest.mark.parametrize(
+    ("suspend_config", "restore"),
+    [
+        ({"backend": "tests.live_backend:SnapshotLikeBackend", "flush_kernel_timeout": 10.0}, "live"),
+        (
+            {
+                "backend": "tests.live_backend:SnapshotLikeBackend",
+                "flush_kernel_timeout": 10.0,
+                "SnapshotLikeBackend": {"restart_kernels": True},
+            },
+            "cold",
+        ),
+    ],
+)
+async def test_return_from_a_snapshot_is_verified_with_the_canary(
+    suspend_api: SuspendClient, kernel_server_env: Path, restore: str
+) -> None:
+    kernel_id = await open_with_extension(suspend_api, "snap.ipynb", SETUP)
+    plain = await suspend_api.open_notebook("no_helper.ipynb")  # no canary recorded: not judged
+    status = await suspend_api.suspend(reason="snapshot")
+    assert status["state"] == "ready", status
+    assert status["restore"] == restore
+    verification = status["last_restore"]["verification"]
+    assert [v["kernel_id"] for v in verification] == [kernel_id]
+    assert plain["kernel"]["id"] not in [v["kernel_id"] for v in verification]
+    assert verification[0]["verdict"] == restore.upper()
+    if restore == "live":
+        assert verification[0]["message"].startswith("LIVE: same kernel process")
+        text, _ = await verdict(suspend_api, kernel_id, "weights")
+        assert text.startswith("LIVE")
+    else:
+        assert "new kernel process" in verification[0]["message"]
