@@ -402,3 +402,20 @@ async def test_return_from_a_snapshot_is_verified_with_the_canary(
         assert text.startswith("LIVE")
     else:
         assert "new kernel process" in verification[0]["message"]
+
+
+async def test_unload_unregisters_handlers_and_reload_keeps_the_canary(
+    suspend_api: SuspendClient, kernel_server_env: Path
+) -> None:
+    kernel_id = await open_with_extension(suspend_api, "unload.ipynb", SETUP)
+    loaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
+    assert loaded["kernels"][0]["helper"] == "loaded"
+    before = await suspend_api.run(kernel_id, "from jupyter_suspend.kernel import canary\nprint(canary.canary_hash())")
+    reply = await suspend_api.run(kernel_id, "%unload_ext jupyter_suspend\n%checkpoint list")
+    assert "UsageError: Line magic function `%checkpoint` not found" in reply["stdout"]
+    unloaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
+    assert unloaded["kernels"][0]["helper"] == "absent"
+    after = await suspend_api.run(kernel_id, "%load_ext jupyter_suspend\nprint(canary.canary_hash())")
+    assert after["stdout"] == before["stdout"]  # one canary per process
+    reloaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
+    assert reloaded["kernels"][0]["registered"] == ["vocab", "weights"]
