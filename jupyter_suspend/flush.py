@@ -15,15 +15,14 @@ files only; a busy kernel that does not answer in time is reported as
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .journal import fsync_directory
+from .kernel.store import folder_name
 from .model import FlushFailed
 from .workspace import KernelRecord, KernelReply, Workspace
 
@@ -56,11 +55,9 @@ class KernelFlush:
 def checkpoint_dir_for(root: Path, record: KernelRecord) -> Path:
     """Where a kernel's application checkpoints go: one folder per notebook
     (so that anyone can recover the work from the notebook's name), flat and
-    free of path tricks whatever the session path contains."""
-    key = record.path or f"kernel-{record.kernel_id}"
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._-")[:80] or "session"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return root / f"{slug}-{digest}"
+    free of path tricks whatever the session path contains. The kernel side
+    derives the same name (:func:`~jupyter_suspend.kernel.store.folder_name`)."""
+    return root / folder_name(record.path or f"kernel-{record.kernel_id}")
 
 
 def _fsync_notebook(os_path: str) -> int:

@@ -20,6 +20,7 @@ from tornado import web
 from .lifecycle import Lifecycle
 from .model import IllegalState
 from .validation import BadRequest, parse_body
+from .verify import VerifyError
 
 AUTH_RESOURCE = "jupyter_suspend"
 API_PREFIX = "jupyter-suspend/api"
@@ -128,6 +129,19 @@ class TimelineHandler(SuspendAPIHandler):
         self.reply(await asyncio.to_thread(self.lifecycle.timeline))
 
 
+class VerifyHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.body("verify")
+        try:
+            result = await self.lifecycle.verify(body["kernel_id"], body.get("names"), body.get("observed"))
+        except VerifyError as exc:
+            self.reply({"message": str(exc), "reason": "Verify", "kernel_id": exc.kernel_id}, exc.status_code)
+            return
+        self.reply(result)
+
+
 def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
     return [
         (rf"/{API_PREFIX}/status", StatusHandler),
@@ -136,4 +150,5 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/resume", ResumeHandler),
         (rf"/{API_PREFIX}/acknowledge", AcknowledgeHandler),
         (rf"/{API_PREFIX}/timeline", TimelineHandler),
+        (rf"/{API_PREFIX}/verify", VerifyHandler),
     ]

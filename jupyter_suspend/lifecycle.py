@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import timeline as timeline_mod
+from . import verify as verify_mod
 from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive, Suspended
 from .flush import KernelFlush, checkpoint_dir_for, flush_kernels, flush_notebooks
 from .journal import BOOT_ID, Journal, utc_iso
@@ -93,6 +94,9 @@ class Lifecycle:
         self._cycle_id: str | None = None
         self._flushed: list[dict[str, Any]] = []
         self._activity_before_preflight: tuple[float, float | None] | None = None
+        #: kernel id -> the live-state record (canary, per-name hashes) of its
+        #: last suspend or checkpoint, which verification compares against.
+        self._records: dict[str, dict[str, Any]] = {}
 
     # -- start-up -------------------------------------------------------------
     def recover(self) -> None:
@@ -113,6 +117,9 @@ class Lifecycle:
                 self._flushed = []
             elif entry["kind"] == "flushed":
                 self._flushed = entry.get("kernels", [])
+                self._remember(self._flushed, "suspend", entry)
+            elif entry["kind"] == "checkpointed":
+                self._remember(entry.get("kernels", []), "checkpoint", entry)
             elif entry["kind"] == "released":
                 self._restore_record = entry.get("restore_record")
             elif entry["kind"] == "restored":
@@ -437,7 +444,8 @@ class Lifecycle:
                 self._abort(operation, exc)
                 return
             self._flushed = [f.to_dict() for f in flushed]
-            self.journal.append("flushed", operation_id=operation.id, kernels=self._flushed)
+            entry = self.journal.append("flushed", operation_id=operation.id, kernels=self._flushed)
+            self._remember(self._flushed, "suspend", entry)
 
             self._transition(State.SNAPSHOTTING, operation, "releasing the environment")
             step = operation.step("release")
@@ -534,15 +542,83 @@ class Lifecycle:
 
     async def _verify_canaries(self) -> list[dict[str, Any]]:
         """Compare each kernel's live-state canary with the one recorded at suspend."""
-        recorded = {f["kernel_id"]: f.get("canary") for f in self._flushed if f.get("canary")}
         results = []
-        for kernel_id, canary in recorded.items():
-            reply = await self.workspace.kernel_request(
-                kernel_id, "verify", self.settings.flush_kernel_timeout, expected=canary
-            )
-            verdict = reply.content.get("verdict") if reply.outcome == "ok" else None
-            results.append({"kernel_id": kernel_id, "verdict": verdict or "COLD", "detail": reply.content})
+        for flushed in self._flushed:
+            kernel_id = flushed["kernel_id"]
+            if not flushed.get("canary"):
+                continue
+            record = self._records.get(kernel_id) or verify_mod.record_from_flush(flushed, "suspend", None, None)
+            try:
+                observed = await self._observe(kernel_id, [], self.settings.flush_kernel_timeout)
+            except verify_mod.VerifyError as exc:
+                # Unproven is not live.
+                results.append({"kernel_id": kernel_id, "verdict": "COLD", "message": f"not verified: {exc}"})
+                continue
+            result = verify_mod.compare(kernel_id, observed, record, None, [])
+            results.append({k: result[k] for k in ("kernel_id", "verdict", "message", "details")})
         return results
+
+    # -- live-state verification ------------------------------------------------
+    def _remember(self, kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]) -> None:
+        for kernel in kernels:
+            if kernel.get("status") == "checkpointed" and kernel.get("canary") and kernel.get("kernel_id"):
+                self._records[kernel["kernel_id"]] = verify_mod.record_from_flush(
+                    kernel, source, entry.get("operation_id"), entry.get("time")
+                )
+
+    async def _observe(self, kernel_id: str, names: list[str], timeout: float) -> dict[str, Any]:
+        """Ask a kernel for its observation (or look at it from outside when it
+        has no helper); VerifyError when it cannot answer within ``timeout``."""
+        records = {k.kernel_id: k for k in await self.workspace.kernels()}
+        record = records.get(kernel_id)
+        if record is None:
+            raise verify_mod.VerifyError(
+                409, f"kernel {kernel_id} is not running (state {self.state.value}): nothing to observe", kernel_id
+            )
+        reply = await self.workspace.kernel_request(kernel_id, "verify", timeout, names=names)
+        if reply.outcome in {"timeout", "expired"}:
+            raise verify_mod.VerifyError(
+                409, f"kernel {kernel_id} is busy: run %verify_live_state in it, or retry when it is idle", kernel_id
+            )
+        if reply.outcome == "ok" and isinstance(reply.content.get("observed"), dict):
+            observed: dict[str, Any] = reply.content["observed"]
+            return observed
+        if reply.outcome == "absent":
+            return verify_mod.external_observation(self.workspace.kernel_pid(kernel_id), names)
+        raise verify_mod.VerifyError(409, f"kernel {kernel_id} could not be observed: {reply.message}", kernel_id)
+
+    async def verify(
+        self, kernel_id: str, names: list[str] | None = None, observed: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The verdict on one kernel against its last suspend or checkpoint record.
+
+        With ``observed`` (sent by the kernel itself, busy running the magic)
+        only compare; otherwise ask the kernel.
+        """
+        record = self._records.get(kernel_id)
+        if record is None:
+            running = kernel_id in {k.kernel_id for k in await self.workspace.kernels()}
+            raise verify_mod.VerifyError(
+                404,
+                f"no suspend or checkpoint recorded for kernel {kernel_id}: nothing to compare with"
+                + (" (suspend or checkpoint first)" if running else ""),
+                kernel_id,
+            )
+        if observed is None:
+            # The state the server tracks can lag; a busy-looking kernel gets a short chance.
+            busy = any(k.kernel_id == kernel_id and k.execution_state == "busy" for k in await self.workspace.kernels())
+            timeout = min(2.0 if busy else 10.0, self.settings.flush_kernel_timeout)
+            observed = await self._observe(kernel_id, list(names or []), timeout)
+        result = verify_mod.compare(kernel_id, observed, record, self.last_restore, names)
+        self.journal.append(
+            "verified",
+            kernel_id=kernel_id,
+            verdict=result["verdict"],
+            names=list(names or []),
+            message=result["message"],
+            recorded_operation_id=record.get("operation_id"),
+        )
+        return result
 
     async def _run_resume(self, operation: Operation) -> None:
         assert self._restore_record is not None
@@ -648,6 +724,7 @@ class Lifecycle:
                 "message": reply.message,
                 "restored": reply.content.get("restored", []),
                 "missing": reply.content.get("missing", []),
+                "failed": reply.content.get("failed", []),
             }
         failed = [r for r in restored.values() if r["outcome"] != "ok"]
         step.finish("failed" if failed else "ok", f"{len(restored) - len(failed)} kernel(s) restored", kernels=restored)
@@ -661,7 +738,10 @@ class Lifecycle:
             except FlushFailed as exc:
                 self._finish(operation, Outcome.FAILED, f"checkpoint failed: {exc.reason}")
                 return
-            self.journal.append("checkpointed", operation_id=operation.id, kernels=[r.to_dict() for r in results])
+            entry = self.journal.append(
+                "checkpointed", operation_id=operation.id, kernels=[r.to_dict() for r in results]
+            )
+            self._remember(entry["kernels"], "checkpoint", entry)
             self._finish(operation, Outcome.SUCCEEDED, "flushed")
         except asyncio.CancelledError:
             raise

@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 SCHEMA_PACKAGE = "jupyter_suspend.schemas"
-REQUEST_SCHEMAS = ("suspend", "checkpoint", "resume", "acknowledge")
+REQUEST_SCHEMAS = ("suspend", "checkpoint", "resume", "acknowledge", "verify")
 
 
 class BadRequest(ValueError):

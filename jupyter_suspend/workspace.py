@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,6 +65,18 @@ class KernelReply:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def own_client(km: Any) -> Any:
+    """A client of the kernel with a session (and so a ZMQ identity) of its own.
+
+    ``km.client()`` shares the manager's session, and with it the identity of
+    its shell socket: two such clients connected at once (ours during a flush
+    and anyone else's) make the kernel route replies to the wrong one.
+    """
+    session = km.session.clone()
+    session.session = uuid.uuid4().hex
+    return km.client(session=session)
 
 
 def _epoch(value: Any) -> float | None:
@@ -183,7 +196,7 @@ class Workspace:
         ready = getattr(km, "ready", None)
         if ready is not None:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
-        client = km.client()
+        client = own_client(km)
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         try:
             await client.wait_for_ready(timeout=timeout)
@@ -208,7 +221,7 @@ class Workspace:
     ) -> tuple[dict[str, Any] | None, str]:
         """Run a silent execute_request; return (reply content or None on timeout, kernel state)."""
         km = self.kernel_manager.get_kernel(kernel_id)
-        client = km.client()
+        client = own_client(km)
         client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
         try:
             msg_id = client.execute(

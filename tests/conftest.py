@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
+from jupyter_suspend.workspace import own_client
+
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 API = "jupyter-suspend/api"
@@ -129,17 +131,24 @@ class SuspendClient:
 
     async def run(self, kernel_id: str, code: str, timeout: float = 60.0) -> dict[str, Any]:
         """Execute code in a kernel as a user would; return the execute_reply content
-        plus collected stdout under ``stdout``."""
+        plus collected stdout (and stderr, tracebacks) under ``stdout``, the
+        display_data bundles under ``displays`` and execute_result under ``result``."""
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
-        client = km.client()
+        client = own_client(km)  # never shares a shell identity with another client
         client.start_channels()
         out: list[str] = []
+        displays: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
 
         def output_hook(msg: dict[str, Any]) -> None:
             if msg["msg_type"] == "stream":
                 out.append(msg["content"]["text"])
             elif msg["msg_type"] == "error":
                 out.append("\n".join(msg["content"]["traceback"]))
+            elif msg["msg_type"] == "display_data":
+                displays.append(msg["content"]["data"])
+            elif msg["msg_type"] == "execute_result":
+                results.append(msg["content"]["data"])
 
         try:
             reply = await client.execute_interactive(code, timeout=timeout, output_hook=output_hook)
@@ -147,6 +156,8 @@ class SuspendClient:
             client.stop_channels()
         content = dict(reply["content"])
         content["stdout"] = "".join(out)
+        content["displays"] = displays
+        content["result"] = results
         return content
 
     async def wait_until_busy(self, kernel_id: str, timeout: float = 30.0) -> None:

@@ -1,0 +1,795 @@
+"""Application checkpoints on disk: atomic, verified, kept for a while.
+
+Layout of one checkpoint folder (one per notebook)::
+
+    <folder>/
+        20261202T180000.123456Z-3f9a1c/     one *generation*: one save of some names
+            manifest.json                   written last; its presence marks the generation complete
+            model.pkl                       the object graph, arrays/tensors replaced by references
+            model.safetensors               the arrays/tensors as raw little-endian buffers
+            db.files/...                    files written by a save callback
+        .tmp-<generation>-<host>-<pid>/     a save in progress (or killed mid-way: ignored)
+
+A generation is written in a temporary folder (every file fsynced, the
+manifest last), then renamed into place and the parent folder fsynced: a
+reader sees a complete generation or none, so a save killed mid-write never
+replaces a good checkpoint. Retention keeps, per name, the newest ``keep``
+copies and deletes a generation only when none of its names needs it.
+
+The ``.safetensors`` files follow the safetensors layout (8-byte header
+length, JSON header with dtype/shape/offsets, raw data), so the tensors can be
+read without jupyter-suspend; the manifest adds what safetensors does not
+carry: the device each tensor lived on, whether it was a Parameter, and the
+per-chunk SHA-256 digests checked on every load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import keyword
+import os
+import pickle
+import re
+import shutil
+import socket
+import struct
+import sys
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tensors import (
+    CHUNK_BYTES,
+    Buffer,
+    CannotLoad,
+    ChunkHasher,
+    as_buffer,
+    chunk_digests,
+    empty_like_manifest,
+    place,
+    torch_module,
+)
+
+FORMAT = "jupyter-suspend-checkpoint"
+FORMAT_VERSION = 1
+PICKLE_PROTOCOL = 5
+MANIFEST = "manifest.json"
+_TMP_PREFIX = ".tmp-"
+_TRASH_PREFIX = ".trash-"
+#: ASCII identifiers: they become variables again and file names on any file system.
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
+_GENERATION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
+
+
+def folder_name(key: str) -> str:
+    """One flat folder name per notebook (or kernel), free of path tricks.
+
+    The server uses the same function, so that the checkpoints of a notebook
+    are found under its name by anyone recovering the work.
+    """
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._-")[:80] or "session"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return f"{slug}-{digest}"
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or keyword.iskeyword(name):
+        raise ValueError(f"checkpoint names are ASCII Python identifiers (they go back into the namespace): {name!r}")
+    return name
+
+
+class SaveError(Exception):
+    """An object could not be saved; nothing of this save was committed."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"cannot save {name!r}: {message}")
+        self.name = name
+
+
+# -- serialisation -------------------------------------------------------------
+
+
+@dataclass
+class Serialized:
+    """An object as pickle bytes plus the raw buffers the pickle refers to."""
+
+    pickle_bytes: bytes
+    serializer: str
+    buffers: list[tuple[str, Buffer]]
+
+
+def _preferred_keys(obj: Any) -> dict[int, str]:
+    """Readable keys for the tensors of a state dict or a module (else t0, t1...)."""
+    keys: dict[int, str] = {}
+    torch = torch_module()
+    items: Iterable[tuple[Any, Any]] = ()
+    if torch is not None and isinstance(obj, torch.nn.Module):
+        items = obj.state_dict(keep_vars=True).items()
+    elif isinstance(obj, Mapping):
+        items = obj.items()
+    for key, value in items:
+        if isinstance(key, str) and id(value) not in keys:
+            keys[id(value)] = key
+    return keys
+
+
+def _pickler_base() -> tuple[type[pickle.Pickler], str]:
+    # cloudpickle saves functions and classes defined in the notebook by
+    # value, so they come back in a new process where that cell never ran.
+    try:
+        import cloudpickle
+    except ImportError:
+        return pickle.Pickler, "pickle"
+    return cloudpickle.Pickler, "cloudpickle"
+
+
+def serialize(obj: Any) -> Serialized:
+    base, serializer = _pickler_base()
+    buffers: list[tuple[str, Buffer]] = []
+    seen: dict[int, str] = {}
+    preferred = _preferred_keys(obj)
+    top = as_buffer(obj)
+    if top is not None:
+        preferred[id(obj)] = "value"
+
+    class Pickler(base):  # type: ignore[misc,valid-type]
+        def persistent_id(self, value: Any) -> Any:
+            key = seen.get(id(value))
+            if key is not None:
+                return ("jupyter_suspend.tensor", key)
+            buffer = as_buffer(value)
+            if buffer is None:
+                return None
+            key = preferred.get(id(value)) or f"t{len(buffers)}"
+            if key in {k for k, _ in buffers}:
+                key = f"{key}#{len(buffers)}"
+            seen[id(value)] = key
+            buffers.append((key, buffer))
+            return ("jupyter_suspend.tensor", key)
+
+    out = io.BytesIO()
+    Pickler(out, protocol=PICKLE_PROTOCOL).dump(obj)
+    return Serialized(out.getvalue(), serializer, buffers)
+
+
+def structure_digest(obj: Any, ser: Serialized) -> str:
+    """SHA-256 of an object's structure (everything but its arrays/tensors),
+    the same for equal objects in different processes.
+
+    The pickle that is stored is not canonical: its memo records which
+    *string objects* happen to be shared, set order follows the per-process
+    string hash seed, and cloudpickle writes notebook classes by value. So
+    the structure is hashed from a second pickle without a memo (``fast``
+    mode), with sets sorted, classes and functions by name, and tensors by
+    key. Cyclic objects cannot be pickled that way: their stored pickle bytes
+    are hashed instead (then only a same-process comparison is meaningful).
+    """
+    keys = {id(b.obj): key for key, b in ser.buffers}
+
+    class Canonical(pickle.Pickler):
+        def persistent_id(self, value: Any) -> Any:
+            if id(value) in keys and as_buffer(value) is not None:
+                return ("tensor", keys[id(value)])
+            if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)):
+                name = getattr(value, "__qualname__", getattr(value, "__name__", ""))
+                return ("ref", getattr(value, "__module__", None), name)
+            if type(value) in (set, frozenset):
+                return (type(value).__name__, tuple(sorted(value, key=lambda e: (type(e).__name__, repr(e)))))
+            return None
+
+    out = io.BytesIO()
+    pickler = Canonical(out, protocol=PICKLE_PROTOCOL)
+    pickler.fast = True  # no memo: identity sharing of equal values must not matter
+    try:
+        pickler.dump(obj)
+    except (ValueError, RecursionError, pickle.PicklingError, TypeError, AttributeError):
+        return "pickle:" + hashlib.sha256(ser.pickle_bytes).hexdigest()
+    return hashlib.sha256(out.getvalue()).hexdigest()
+
+
+def content_hash(structure: str, tensors: list[dict[str, Any]]) -> str:
+    """The hash of an object that verification compares: its structure plus
+    every tensor's key, dtype, shape and content (never its device)."""
+    h = hashlib.sha256(b"jupyter-suspend-content-v1\n")
+    h.update(structure.encode())
+    for t in tensors:
+        h.update(f"\n{t['key']}|{t['dtype']}|{t['shape']}|{','.join(t['sha256_chunks'])}".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def tensors_hash(tensors: list[dict[str, Any]]) -> str | None:
+    if not tensors:
+        return None
+    h = hashlib.sha256(b"jupyter-suspend-tensors-v1")
+    for t in tensors:
+        h.update(f"\n{t['key']}|{t['dtype']}|{t['shape']}|{','.join(t['sha256_chunks'])}".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def observe(obj: Any) -> dict[str, Any]:
+    """Hash an object as it is in memory now (tensors read back from their
+    device), the same way a save hashes it."""
+    ser = serialize(obj)
+    tensors = [
+        {
+            "key": key,
+            "dtype": b.dtype,
+            "shape": b.shape,
+            "device": b.device,
+            "sha256_chunks": chunk_digests(b.host_view()),
+        }
+        for key, b in ser.buffers
+    ]
+    structure = structure_digest(obj, ser)
+    return {
+        "content_hash": content_hash(structure, tensors),
+        "tensors_hash": tensors_hash(tensors),
+        "structure_sha256": structure.removeprefix("pickle:"),
+        "tensors": len(tensors),
+        "devices": sorted({t["device"] for t in tensors}),
+    }
+
+
+# -- file helpers --------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> str:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view.nbytes:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_into(fh: Any, view: memoryview) -> None:
+    while view.nbytes:
+        got = fh.readinto(view)
+        if not got:
+            raise EOFError("file is shorter than its manifest says")
+        view = view[got:]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _new_generation_id() -> str:
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"{stamp}.{int((now % 1) * 1e6):06d}Z-{uuid.uuid4().hex[:6]}"
+
+
+# -- the store -----------------------------------------------------------------
+
+
+@dataclass
+class SaveItem:
+    name: str
+    obj: Any = None
+    save: Callable[[Path], Any] | None = None
+    restore: Callable[[Path], Any] | None = None
+
+
+@dataclass
+class Generation:
+    id: str
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def objects(self) -> dict[str, dict[str, Any]]:
+        objects: dict[str, dict[str, Any]] = self.manifest.get("objects", {})
+        return objects
+
+    @property
+    def created(self) -> float:
+        return float(self.manifest.get("created_epoch", 0.0))
+
+
+@dataclass
+class LoadResult:
+    objects: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # name -> generation id
+    missing: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # name -> why (corrupt, cannot load...)
+    warnings: list[str] = field(default_factory=list)
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+class CheckpointStore:
+    """The generations of one checkpoint folder."""
+
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3):
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.problems: list[str] = []
+
+    # -- reading the folder ------------------------------------------------
+    def generations(self) -> list[Generation]:
+        """Complete generations, newest first; unreadable ones go to :attr:`problems`."""
+        self.problems = []
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for child in self.directory.iterdir():
+            if not _GENERATION_RE.match(child.name) or not child.is_dir():
+                continue
+            manifest_path = child / MANIFEST
+            if not manifest_path.exists():
+                self.problems.append(f"generation {child.name} has no manifest (incomplete); ignored")
+                continue
+            try:
+                manifest = json.loads(manifest_path.read_text())
+                if manifest.get("format") != FORMAT:
+                    raise ValueError("not a jupyter-suspend manifest")
+            except (OSError, ValueError) as exc:
+                self.problems.append(f"generation {child.name}: unreadable manifest ({exc}); ignored")
+                continue
+            found.append(Generation(child.name, child, manifest))
+        found.sort(key=lambda g: g.id, reverse=True)
+        return found
+
+    def latest_with(self, name: str, generations: list[Generation] | None = None) -> Generation | None:
+        for gen in generations if generations is not None else self.generations():
+            if name in gen.objects:
+                return gen
+        return None
+
+    def names(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for gen in self.generations():
+            for name in gen.objects:
+                seen.setdefault(name, None)
+        return sorted(seen)
+
+    # -- saving --------------------------------------------------------------
+    def save(self, items: list[SaveItem], **info: Any) -> Generation:
+        """Write one generation holding ``items``; all of them or none."""
+        for item in items:
+            check_name(item.name)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        gen_id = _new_generation_id()
+        tmp = self.directory / f"{_TMP_PREFIX}{gen_id}-{socket.gethostname()}-{os.getpid()}"
+        tmp.mkdir()
+        started = time.perf_counter()
+        try:
+            objects = {}
+            for item in items:
+                objects[item.name] = self._save_item(tmp, item)
+            manifest = {
+                "format": FORMAT,
+                "version": FORMAT_VERSION,
+                "generation": gen_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "created_epoch": time.time(),
+                "pid": os.getpid(),
+                "hostname": socket.gethostname(),
+                "python": sys.version.split()[0],
+                "chunk_bytes": CHUNK_BYTES,
+                "seconds": round(time.perf_counter() - started, 6),
+                **info,
+                "objects": objects,
+            }
+            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
+            _fsync_dir(tmp)
+            final = self.directory / gen_id
+            os.rename(tmp, final)
+            _fsync_dir(self.directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        generation = Generation(gen_id, final, manifest)
+        self.prune()
+        return generation
+
+    def _save_item(self, tmp: Path, item: SaveItem) -> dict[str, Any]:
+        started = time.perf_counter()
+        if item.save is not None:
+            return self._save_callback(tmp, item, started)
+        try:
+            ser = serialize(item.obj)
+        except Exception as exc:
+            raise SaveError(
+                item.name,
+                f"{type(item.obj).__module__}.{type(item.obj).__qualname__} cannot be pickled "
+                f"({type(exc).__name__}: {exc}). Open files, sockets, locks, generators and database "
+                "connections cannot be checkpointed: register save/restore callbacks for it "
+                f"(jupyter_suspend.register({item.name!r}, save=..., restore=...)) or unregister it.",
+            ) from exc
+        pickle_file = f"{item.name}.pkl"
+        pickle_sha = _write_file(tmp / pickle_file, ser.pickle_bytes)
+        entry: dict[str, Any] = {
+            "name": item.name,
+            "kind": "object",
+            "type": f"{type(item.obj).__module__}.{type(item.obj).__qualname__}",
+            "serializer": ser.serializer,
+            "pickle": {"file": pickle_file, "bytes": len(ser.pickle_bytes), "sha256": pickle_sha},
+            "bytes": len(ser.pickle_bytes),
+        }
+        tensors: list[dict[str, Any]] = []
+        if ser.buffers:
+            data_file = f"{item.name}.safetensors"
+            tensors, size = _write_safetensors(tmp / data_file, ser.buffers, item.name)
+            entry["data"] = {"file": data_file, "bytes": size, "format": "safetensors", "tensors": tensors}
+            entry["bytes"] += size
+        entry["content_hash"] = content_hash(structure_digest(item.obj, ser), tensors)
+        entry["tensors_hash"] = tensors_hash(tensors)
+        entry["tensors"] = len(tensors)
+        entry["devices"] = sorted({t["device"] for t in tensors})
+        entry["seconds"] = round(time.perf_counter() - started, 6)
+        return entry
+
+    def _save_callback(self, tmp: Path, item: SaveItem, started: float) -> dict[str, Any]:
+        assert item.save is not None
+        folder = tmp / f"{item.name}.files"
+        folder.mkdir()
+        try:
+            item.save(folder)
+        except Exception as exc:
+            raise SaveError(item.name, f"its save callback failed: {type(exc).__name__}: {exc}") from exc
+        files = []
+        total = 0
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            with open(path, "rb") as fh:
+                digest = hashlib.sha256()
+                while block := fh.read(CHUNK_BYTES):
+                    digest.update(block)
+                os.fsync(fh.fileno())
+            size = path.stat().st_size
+            total += size
+            files.append({"file": str(path.relative_to(folder)), "bytes": size, "sha256": digest.hexdigest()})
+        for directory in sorted({p.parent for p in folder.rglob("*")} | {folder}):
+            _fsync_dir(directory)
+        entry: dict[str, Any] = {
+            "name": item.name,
+            "kind": "callback",
+            "folder": folder.name,
+            "files": files,
+            "bytes": total,
+            "content_hash": None,
+            "callbacks": None,
+        }
+        # Keep the callbacks with the files (by value, with cloudpickle) so that
+        # a new process can restore before the cell that defines them ran again.
+        try:
+            data = serialize((item.save, item.restore))
+            if data.buffers:
+                raise TypeError("the callbacks hold arrays or tensors")
+        except Exception as exc:  # noqa: BLE001 - optional: the registered callbacks are used instead
+            entry["callbacks_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            file = f"{item.name}.callbacks.pkl"
+            sha = _write_file(tmp / file, data.pickle_bytes)
+            entry["callbacks"] = {"file": file, "sha256": sha, "serializer": data.serializer}
+        entry["seconds"] = round(time.perf_counter() - started, 6)
+        return entry
+
+    # -- retention and clean-up --------------------------------------------
+    def prune(self) -> list[str]:
+        """Delete generations no name needs (each name keeps its newest ``keep``)."""
+        counts: dict[str, int] = {}
+        removed = []
+        for gen in self.generations():
+            needed = False
+            for name in gen.objects:
+                counts[name] = counts.get(name, 0) + 1
+                needed = needed or counts[name] <= self.keep
+            if not needed:
+                self._remove(gen.path)
+                removed.append(gen.id)
+        self._clean_stale_tmp()
+        return removed
+
+    def _remove(self, path: Path) -> None:
+        # Rename first: a half-deleted generation must never look complete.
+        trash = path.with_name(f"{_TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:6]}")
+        os.rename(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _clean_stale_tmp(self) -> None:
+        host = socket.gethostname()
+        for child in self.directory.iterdir():
+            if child.name.startswith(_TRASH_PREFIX):
+                shutil.rmtree(child, ignore_errors=True)
+                continue
+            if not child.name.startswith(_TMP_PREFIX):
+                continue
+            parts = child.name.rsplit("-", 2)
+            try:
+                pid = int(parts[-1])
+            except ValueError:
+                continue
+            abandoned = parts[-2] == host and not _pid_alive(pid)
+            very_old = time.time() - child.stat().st_mtime > 24 * 3600
+            if abandoned or very_old:
+                shutil.rmtree(child, ignore_errors=True)
+
+    # -- loading -------------------------------------------------------------
+    def load(self, names: list[str] | None = None, generation: str | None = None) -> LoadResult:
+        """Load names (default: every name on disk) from their newest generation,
+        or from ``generation``; anything that fails its checksum is reported, never loaded."""
+        started = time.perf_counter()
+        result = LoadResult()
+        generations = self.generations()
+        result.warnings += self.problems
+        if generation is not None:
+            generations = [g for g in generations if g.id == generation]
+            if not generations:
+                raise FileNotFoundError(f"no complete checkpoint generation {generation!r} in {self.directory}")
+        wanted = names if names is not None else sorted({n for g in generations for n in g.objects})
+        for name in wanted:
+            gen = self.latest_with(name, generations)
+            if gen is None:
+                result.missing.append(name)
+                continue
+            try:
+                obj, warnings, size = self._load_entry(gen, gen.objects[name])
+            except (CorruptCheckpoint, CannotLoad) as exc:
+                message = str(exc)
+                if isinstance(exc, CorruptCheckpoint):
+                    older = self.latest_with(name, [g for g in generations if g.id < gen.id])
+                    if older is not None:
+                        message += f"; an older copy exists (%checkpoint restore {name} --generation {older.id})"
+                result.failed[name] = message
+                continue
+            result.objects[name] = obj
+            result.sources[name] = gen.id
+            result.warnings += [f"{name}: {w}" for w in warnings]
+            result.bytes += size
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _load_entry(self, gen: Generation, entry: dict[str, Any]) -> tuple[Any, list[str], int]:
+        name = entry["name"]
+        where = f"checkpoint {name!r} (generation {gen.id})"
+        if entry.get("kind") == "callback":
+            return self._load_callback(gen, entry, where)
+        pickle_info = entry["pickle"]
+        try:
+            data = (gen.path / pickle_info["file"]).read_bytes()
+        except OSError as exc:
+            raise CorruptCheckpoint(
+                f"{where} is corrupt: {pickle_info['file']} unreadable ({exc}); not loaded"
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != pickle_info["sha256"]:
+            raise CorruptCheckpoint(f"{where} is corrupt: {pickle_info['file']} fails its SHA-256 check; not loaded")
+        tensors: dict[str, Any] = {}
+        warnings: list[str] = []
+        size = len(data)
+        if "data" in entry:
+            chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
+            tensors, warnings = _read_safetensors(
+                gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk
+            )
+            size += entry["data"]["bytes"]
+
+        class Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: Any) -> Any:
+                if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "jupyter_suspend.tensor"):
+                    raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+                return tensors[pid[1]]
+
+        try:
+            obj = Unpickler(io.BytesIO(data)).load()
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, AttributeError) and "__main__" in str(exc):
+                hint = " (define that class or function first - run the cell that defines it - then restore again)"
+            raise CannotLoad(f"{where} could not be unpickled: {type(exc).__name__}: {exc}{hint}") from exc
+        return obj, warnings, size
+
+    def _load_callback(self, gen: Generation, entry: dict[str, Any], where: str) -> tuple[Any, list[str], int]:
+        folder = gen.path / entry["folder"]
+        for info in entry["files"]:
+            path = folder / info["file"]
+            try:
+                with open(path, "rb") as fh:
+                    digest = hashlib.sha256()
+                    while block := fh.read(CHUNK_BYTES):
+                        digest.update(block)
+            except OSError as exc:
+                raise CorruptCheckpoint(f"{where} is corrupt: {info['file']} unreadable ({exc}); not loaded") from exc
+            if digest.hexdigest() != info["sha256"]:
+                raise CorruptCheckpoint(f"{where} is corrupt: {info['file']} fails its SHA-256 check; not loaded")
+        callbacks: tuple[Any, Any] | None = None
+        problem = entry.get("callbacks_error") or "its callbacks were not saved with it"
+        saved = entry.get("callbacks")
+        if saved:
+            data = (gen.path / saved["file"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != saved["sha256"]:
+                raise CorruptCheckpoint(f"{where} is corrupt: {saved['file']} fails its SHA-256 check; not loaded")
+            try:
+                callbacks = pickle.loads(data)
+            except Exception as exc:  # noqa: BLE001 - the registered callbacks may still do
+                problem = f"its saved callbacks cannot be loaded here ({type(exc).__name__}: {exc})"
+        save, restore = callbacks if callbacks else (None, None)
+        return CallbackFolder(folder, save, restore, problem), [], int(entry.get("bytes", 0))
+
+    def check(self, gen: Generation, name: str) -> str | None:
+        """Verify one saved name's checksums without loading it; None when intact."""
+        entry = gen.objects[name]
+        where = f"checkpoint {name!r} (generation {gen.id})"
+        try:
+            if entry.get("kind") == "callback":
+                self._load_callback(gen, entry, where)
+                return None
+            data = (gen.path / entry["pickle"]["file"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["pickle"]["sha256"]:
+                return f"{where}: {entry['pickle']['file']} fails its SHA-256 check"
+            if "data" in entry:
+                chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
+                _check_safetensors(gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk)
+        except CorruptCheckpoint as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{where}: unreadable ({exc})"
+        return None
+
+
+@dataclass
+class CallbackFolder:
+    """A name saved by callbacks: the folder its save callback wrote, and the
+    callbacks saved with it (when they could be pickled)."""
+
+    path: Path
+    save: Callable[[Path], Any] | None = None
+    restore: Callable[[Path], Any] | None = None
+    problem: str = ""
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint failed its checksum (or is truncated): it is not loaded."""
+
+
+# -- the safetensors data file ----------------------------------------------------
+
+
+def _safetensors_header(buffers: list[tuple[str, Buffer]]) -> bytes:
+    header: dict[str, Any] = {
+        "__metadata__": {"format": "pt" if any(b.library == "torch" for _, b in buffers) else "np", "writer": FORMAT}
+    }
+    offset = 0
+    for key, b in buffers:
+        header[key] = {"dtype": b.st_dtype, "shape": b.shape, "data_offsets": [offset, offset + b.nbytes]}
+        offset += b.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors aligns the data to 8 bytes
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str) -> tuple[list[dict[str, Any]], int]:
+    header = _safetensors_header(buffers)
+    entries = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, memoryview(header))
+        offset = len(header)
+        for key, b in buffers:
+            try:
+                view = b.host_view()
+            except Exception as exc:
+                raise SaveError(name, f"tensor {key!r} could not be read from {b.device}: {exc}") from exc
+            hasher = ChunkHasher()
+            # Hash each chunk in the background while the next one is written.
+            for start in range(0, view.nbytes, CHUNK_BYTES):
+                chunk = view[start : start + CHUNK_BYTES]
+                hasher.add(chunk)
+                _write_all(fd, chunk)
+            digests = hasher.digests() if view.nbytes else chunk_digests(view)
+            entries.append(
+                {
+                    "key": key,
+                    "library": b.library,
+                    "dtype": b.dtype,
+                    "shape": b.shape,
+                    "device": b.device,
+                    "parameter": b.parameter,
+                    "requires_grad": b.requires_grad,
+                    "offset": offset,
+                    "nbytes": b.nbytes,
+                    "sha256_chunks": digests,
+                }
+            )
+            offset += b.nbytes
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return entries, offset
+
+
+def _open_data(path: Path, where: str) -> Any:
+    try:
+        fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise CorruptCheckpoint(f"{where} is corrupt: {path.name} unreadable ({exc}); not loaded") from exc
+    with contextlib.suppress(AttributeError, OSError):
+        os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    return fh
+
+
+def _read_safetensors(
+    path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int
+) -> tuple[dict[str, Any], list[str]]:
+    """Read every tensor into fresh host memory, checking each chunk's SHA-256
+    (in background threads, while the next chunk is read); move tensors back
+    to their device only after everything checked out."""
+    loaded: dict[str, Any] = {}
+    warnings: list[str] = []
+    checks: list[tuple[dict[str, Any], ChunkHasher]] = []
+    with _open_data(path, where) as fh:
+        for entry in entries:
+            obj, view = empty_like_manifest(entry)
+            if view.nbytes != entry["nbytes"]:
+                raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} size disagrees with its shape")
+            fh.seek(entry["offset"])
+            hasher = ChunkHasher()
+            try:
+                for start in range(0, view.nbytes, chunk_bytes):
+                    chunk = view[start : start + chunk_bytes]
+                    _read_into(fh, chunk)
+                    hasher.add(chunk)
+            except EOFError as exc:
+                raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated; not loaded") from exc
+            checks.append((entry, hasher))
+            loaded[entry["key"]] = obj
+    for entry, hasher in checks:
+        digests = hasher.digests() if entry["nbytes"] else [hashlib.sha256(b"").hexdigest()]
+        if digests != entry["sha256_chunks"]:
+            raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} fails its SHA-256 check; not loaded")
+    for entry in entries:
+        if entry["library"] == "torch":
+            tensor, warning = place(loaded[entry["key"]], entry["device"], entry["parameter"], entry["requires_grad"])
+            loaded[entry["key"]] = tensor
+            if warning:
+                warnings.append(f"tensor {entry['key']!r} {warning}")
+    return loaded, warnings
+
+
+def _check_safetensors(path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int) -> None:
+    with _open_data(path, where) as fh:
+        for entry in entries:
+            fh.seek(entry["offset"])
+            digests = []
+            remaining = entry["nbytes"]
+            if remaining == 0:
+                digests.append(hashlib.sha256(b"").hexdigest())
+            while remaining > 0:
+                block = bytearray(min(chunk_bytes, remaining))
+                try:
+                    _read_into(fh, memoryview(block))
+                except EOFError as exc:
+                    raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated") from exc
+                digests.append(hashlib.sha256(block).hexdigest())
+                remaining -= len(block)
+            if digests != entry["sha256_chunks"]:
+                raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} fails its SHA-256 check")

@@ -1,0 +1,236 @@
+"""Array and tensor buffers: recognise them, expose their bytes, hash them.
+
+numpy and torch are never imported here unless the user's code imported them
+already (an object can only be an ndarray if numpy is in ``sys.modules``), so
+loading the extension stays cheap in kernels that use neither.
+
+Hashes are SHA-256 over fixed-size chunks of a buffer (one digest per
+:data:`CHUNK_BYTES` slice). A buffer smaller than a chunk has exactly one
+digest, the plain SHA-256 of its bytes; large buffers hash in parallel on
+several cores (hashlib releases the GIL), which keeps verified reads close to
+the disk's bandwidth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+CHUNK_BYTES = 16 * 2**20
+
+#: numpy dtype name -> safetensors dtype code (little-endian, native layouts only).
+NUMPY_DTYPES = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "int16": "I16",
+    "uint16": "U16",
+    "int32": "I32",
+    "uint32": "U32",
+    "int64": "I64",
+    "uint64": "U64",
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+}
+
+#: torch dtype name (without "torch.") -> safetensors dtype code.
+TORCH_DTYPES = {
+    **NUMPY_DTYPES,
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+}
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def hash_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="js-hash")
+        return _pool
+
+
+def _digest(view: memoryview) -> str:
+    return hashlib.sha256(view).hexdigest()
+
+
+class ChunkHasher:
+    """Hash a buffer chunk by chunk as it is written or read, in background threads."""
+
+    def __init__(self) -> None:
+        self._futures: list[Future[str]] = []
+
+    def add(self, view: memoryview) -> None:
+        self._futures.append(hash_pool().submit(_digest, view))
+
+    def digests(self) -> list[str]:
+        return [f.result() for f in self._futures]
+
+
+def chunk_digests(view: memoryview) -> list[str]:
+    """The per-chunk SHA-256 digests of a whole buffer (empty buffer: one digest)."""
+    if view.nbytes == 0:
+        return [hashlib.sha256(b"").hexdigest()]
+    hasher = ChunkHasher()
+    for start in range(0, view.nbytes, CHUNK_BYTES):
+        hasher.add(view[start : start + CHUNK_BYTES])
+    return hasher.digests()
+
+
+@dataclass
+class Buffer:
+    """One array or tensor found while pickling an object."""
+
+    library: str  # numpy | torch
+    dtype: str  # numpy dtype name or torch dtype name without the "torch." prefix
+    st_dtype: str  # safetensors dtype code
+    shape: list[int]
+    device: str
+    nbytes: int
+    parameter: bool = False
+    requires_grad: bool = False
+    obj: Any = None
+
+    def host_view(self) -> memoryview:
+        """The bytes in host memory; a device tensor is copied to the host
+        (reading model weights back from GPU memory)."""
+        return host_bytes(self.obj)
+
+
+def numpy_module() -> Any:
+    return sys.modules.get("numpy")
+
+
+def torch_module() -> Any:
+    return sys.modules.get("torch")
+
+
+def as_buffer(obj: Any) -> Buffer | None:
+    """A :class:`Buffer` when ``obj`` is a plain array or tensor we can write raw."""
+    np = numpy_module()
+    if np is not None and type(obj) is np.ndarray:
+        dtype = obj.dtype
+        if dtype.name not in NUMPY_DTYPES or not dtype.isnative or sys.byteorder != "little":
+            return None  # object, string, complex, big-endian arrays pickle normally
+        return Buffer("numpy", dtype.name, NUMPY_DTYPES[dtype.name], list(obj.shape), "cpu", int(obj.nbytes), obj=obj)
+    torch = torch_module()
+    if torch is not None and type(obj) in (torch.Tensor, torch.nn.Parameter):
+        if obj.layout != torch.strided or obj.is_quantized or obj.device.type == "meta":
+            return None
+        name = str(obj.dtype).removeprefix("torch.")
+        if name not in TORCH_DTYPES or sys.byteorder != "little":
+            return None
+        return Buffer(
+            "torch",
+            name,
+            TORCH_DTYPES[name],
+            list(obj.shape),
+            str(obj.device),
+            int(obj.numel() * obj.element_size()),
+            parameter=isinstance(obj, torch.nn.Parameter),
+            requires_grad=bool(obj.requires_grad),
+            obj=obj,
+        )
+    return None
+
+
+def host_bytes(obj: Any) -> memoryview:
+    np = numpy_module()
+    if np is not None and isinstance(obj, np.ndarray):
+        array = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        return memoryview(array.reshape(-1).view(np.uint8))
+    tensor = obj.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    tensor = tensor.contiguous().reshape(-1)
+    torch = torch_module()
+    return memoryview(tensor.view(torch.uint8).numpy())
+
+
+def buffer_digests(buffer: Buffer) -> list[str]:
+    return chunk_digests(buffer.host_view())
+
+
+def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
+    """Allocate the host object a tensor entry loads into, and its writable bytes."""
+    shape = tuple(entry["shape"])
+    if entry["library"] == "numpy":
+        np = _import_numpy()
+        array = np.empty(shape, dtype=np.dtype(entry["dtype"]))
+        return array, memoryview(array.reshape(-1).view(np.uint8))
+    torch = _import_torch(entry)
+    tensor = torch.empty(shape, dtype=getattr(torch, entry["dtype"]))
+    return tensor, memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+
+
+def _import_numpy() -> Any:
+    import numpy
+
+    return numpy
+
+
+def _import_torch(entry: dict[str, Any]) -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise CannotLoad(f"tensor {entry.get('key')!r} was saved from torch, which is not installed here") from exc
+    return torch
+
+
+class CannotLoad(Exception):
+    """A saved object cannot be loaded in this environment (missing library...)."""
+
+
+def place(tensor: Any, device: str, parameter: bool, requires_grad: bool) -> tuple[Any, str | None]:
+    """Move a loaded CPU tensor back to the device it came from.
+
+    Returns the tensor and a warning when that device is absent here (it
+    stays on the CPU: the work can go on, more slowly, rather than fail).
+    """
+    torch = torch_module()
+    warning = None
+    if device != "cpu":
+        if _device_available(torch, device):
+            tensor = tensor.to(device)
+        else:
+            warning = f"was on {device}, which is not available here: loaded on the CPU"
+    if parameter:
+        tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    elif requires_grad:
+        tensor.requires_grad_(True)
+    return tensor, warning
+
+
+def _device_available(torch: Any, device: str) -> bool:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        return False
+    if dev.type == "cuda":
+        return bool(torch.cuda.is_available()) and (dev.index or 0) < torch.cuda.device_count()
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return bool(mps is not None and mps.is_available())
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    return bool(is_available()) if callable(is_available) else False
+
+
+def gpu_in_use() -> bool:
+    """Does this process hold accelerator memory? (only asks torch if loaded)"""
+    torch = torch_module()
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0)
+    except Exception:  # noqa: BLE001 - a broken driver must not break the probe
+        return False

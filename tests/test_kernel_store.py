@@ -1,0 +1,268 @@
+"""Application checkpoints on a real file system: round trips, atomicity,
+corruption, retention, devices. No server needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jupyter_suspend.kernel.store import CheckpointStore, SaveError, SaveItem, check_name, observe
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_numpy_round_trip_with_manifest(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "nb")
+    rng = np.random.default_rng(7)
+    data = {
+        "weights": rng.standard_normal((300, 200)).astype(np.float32),
+        "ids": np.arange(1000, dtype=np.int64),
+        "mask": rng.random(50) > 0.5,
+        "fortran": np.asfortranarray(rng.standard_normal((30, 40))),
+        "strings": np.array(["a", "bc"]),  # not a raw dtype: pickled
+        "scalar": np.float16(3.5),
+        "empty": np.zeros((0, 3), dtype=np.float64),
+    }
+    gen = store.save([SaveItem("data", data), SaveItem("lr", 0.01)], operation_id="op1")
+    manifest = json.loads((gen.path / "manifest.json").read_text())
+    entry = manifest["objects"]["data"]
+    assert manifest["operation_id"] == "op1"
+    by_key = {t["key"]: t for t in entry["data"]["tensors"]}
+    assert by_key["weights"]["dtype"] == "float32"
+    assert by_key["weights"]["shape"] == [300, 200]
+    assert by_key["weights"]["device"] == "cpu"
+    assert len(by_key["weights"]["sha256_chunks"][0]) == 64
+    assert "strings" not in by_key
+    assert entry["bytes"] == (gen.path / "data.pkl").stat().st_size + (gen.path / "data.safetensors").stat().st_size
+
+    result = CheckpointStore(tmp_path / "nb").load()
+    assert result.failed == {}
+    assert result.missing == []
+    loaded = result.objects["data"]
+    for key, value in data.items():
+        np.testing.assert_array_equal(loaded[key], value)
+        assert loaded[key].dtype == value.dtype
+    assert result.objects["lr"] == 0.01
+    assert result.sources == {"data": gen.id, "lr": gen.id}
+    # The hash verification compares is the same before and after the trip.
+    assert observe(loaded)["content_hash"] == entry["content_hash"]
+    assert observe(data)["content_hash"] == entry["content_hash"]
+
+
+def test_safetensors_files_are_readable_without_jupyter_suspend(tmp_path: Path) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    weights = {"layer.weight": np.ones((4, 3), np.float32), "layer.bias": np.arange(3, dtype=np.float64)}
+    gen = CheckpointStore(tmp_path).save([SaveItem("weights", weights)])
+    loaded = safetensors_numpy.load_file(str(gen.path / "weights.safetensors"))
+    assert set(loaded) == set(weights)
+    for key, value in weights.items():
+        np.testing.assert_array_equal(loaded[key], value)
+
+
+def test_corruption_is_detected_by_name_and_never_loaded(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=3)
+    good = np.arange(100_000, dtype=np.float64)
+    older = store.save([SaveItem("series", good)])
+    time.sleep(0.002)
+    newest = store.save([SaveItem("series", good * 2), SaveItem("meta", {"epoch": 3})])
+    data_file = newest.path / "series.safetensors"
+    flip_byte(data_file, data_file.stat().st_size - 100)
+    flip_byte(newest.path / "meta.pkl", 5)
+
+    result = store.load()
+    assert "series" not in result.objects
+    assert "meta" not in result.objects
+    assert "checkpoint 'series'" in result.failed["series"]
+    assert "fails its SHA-256 check" in result.failed["series"]
+    assert "not loaded" in result.failed["series"]
+    assert f"--generation {older.id}" in result.failed["series"]  # the older intact copy is named
+    assert "meta.pkl fails its SHA-256 check" in result.failed["meta"]
+    assert store.check(newest, "series") is not None
+    assert store.check(older, "series") is None
+
+    # The older generation is intact and can be loaded explicitly.
+    explicit = store.load(["series"], generation=older.id)
+    np.testing.assert_array_equal(explicit.objects["series"], good)
+
+
+def test_truncated_checkpoint_is_reported(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    gen = store.save([SaveItem("x", np.ones(10_000))])
+    data_file = gen.path / "x.safetensors"
+    os.truncate(data_file, data_file.stat().st_size // 2)
+    result = store.load(["x"])
+    assert "truncated" in result.failed["x"]
+    assert result.objects == {}
+
+
+def test_retention_keeps_newest_copies_of_every_name(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=2)
+    first = store.save([SaveItem("a", 1), SaveItem("b", "only here")])
+    gens = [store.save([SaveItem("a", i)]) for i in range(2, 6)]
+    remaining = [g.id for g in store.generations()]
+    # 'a' keeps its two newest copies; the first generation stays for 'b'.
+    assert remaining == [gens[-1].id, gens[-2].id, first.id]
+    result = store.load()
+    assert result.objects == {"a": 5, "b": "only here"}
+    assert result.sources["b"] == first.id
+    store.save([SaveItem("b", "newer")])
+    store.save([SaveItem("b", "newest")])
+    assert first.id not in [g.id for g in store.generations()]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
+
+
+def test_unpicklable_object_gets_a_clear_message_and_nothing_is_committed(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save([SaveItem("a", 1)])
+    with open(tmp_path / "log.txt", "w") as handle, pytest.raises(SaveError) as info:
+        store.save([SaveItem("a", 2), SaveItem("handle", handle)])
+    message = str(info.value)
+    assert "cannot save 'handle'" in message
+    assert "TextIOWrapper cannot be pickled" in message
+    assert "register save/restore callbacks" in message
+    assert [len(g.objects) for g in store.generations()] == [1]
+    assert store.load().objects == {"a": 1}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("name", ["1x", "a.b", "../etc", "class", "", "naïve"])
+def test_names_must_be_identifiers(name: str) -> None:
+    with pytest.raises(ValueError, match="identifiers"):
+        check_name(name)
+
+
+WRITER = """
+import sys, numpy as np
+from jupyter_suspend.kernel.store import CheckpointStore, SaveItem
+store = CheckpointStore(sys.argv[1])
+store.save([SaveItem("big", np.full(int(sys.argv[2]) // 8, 2.0))])
+print("finished", flush=True)
+"""
+
+
+def test_writer_killed_mid_write_leaves_the_previous_checkpoint_intact(tmp_path: Path) -> None:
+    folder = tmp_path / "nb"
+    store = CheckpointStore(folder)
+    previous = store.save([SaveItem("big", np.ones(1000))])
+    size = 768 * 2**20
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(size)], stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            tmp = [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
+            data = [f for p in tmp for f in p.glob("*.safetensors")]
+            if data and data[0].stat().st_size > 16 * 2**20:
+                break
+            assert child.poll() is None, "the writer finished before it could be killed; make it bigger"
+            time.sleep(0.005)
+        else:
+            pytest.fail("the writer never started writing")
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert b"finished" not in child.stdout.read()  # type: ignore[union-attr]
+
+    # The half-written generation is invisible; the previous one loads.
+    assert [g.id for g in store.generations()] == [previous.id]
+    result = store.load(["big"])
+    assert result.failed == {}
+    np.testing.assert_array_equal(result.objects["big"], np.ones(1000))
+    # The next save clears what the killed writer left behind.
+    store.save([SaveItem("small", 1)])
+    assert not [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_callbacks_round_trip_in_a_new_process(tmp_path: Path) -> None:
+    pytest.importorskip("cloudpickle")
+    script = textwrap.dedent(
+        """
+        import sys, json
+        from pathlib import Path
+        from jupyter_suspend.kernel.store import CheckpointStore, SaveItem
+        class Connection:  # defined in __main__: saved by value with cloudpickle
+            def __init__(self, rows): self.rows = rows
+        conn = Connection([1, 2, 3])
+        def save(folder):
+            (folder / "rows.json").write_text(json.dumps(conn.rows))
+        def restore(folder):
+            return Connection(json.loads((folder / "rows.json").read_text()))
+        CheckpointStore(sys.argv[1]).save([SaveItem("conn", save=save, restore=restore)])
+        """
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True)
+    result = CheckpointStore(tmp_path).load(["conn"])
+    folder = result.objects["conn"]
+    assert folder.restore is not None
+    assert folder.restore(folder.path).rows == [1, 2, 3]
+    (folder.path / "rows.json").write_text("[9]")
+    again = CheckpointStore(tmp_path).load(["conn"])
+    assert "rows.json fails its SHA-256 check" in again.failed["conn"]
+
+
+# -- torch -------------------------------------------------------------------
+
+
+def test_torch_module_and_state_dict_round_trip(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    half = torch.randn(5, 3).to(torch.bfloat16)
+    state = OrderedDict((k, v.clone()) for k, v in model.state_dict().items())
+    gen = CheckpointStore(tmp_path).save([SaveItem("model", model), SaveItem("state", state), SaveItem("half", half)])
+    entry = gen.objects["model"]
+    keys = [t["key"] for t in entry["data"]["tensors"]]
+    assert keys == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert all(t["parameter"] and t["requires_grad"] for t in entry["data"]["tensors"])
+    assert gen.objects["half"]["data"]["tensors"][0]["dtype"] == "bfloat16"
+
+    result = CheckpointStore(tmp_path).load()
+    assert result.failed == {}
+    restored = result.objects["model"]
+    assert isinstance(restored[0].weight, torch.nn.Parameter)
+    x = torch.randn(3, 8)
+    assert torch.equal(restored(x), model(x))
+    assert torch.equal(result.objects["half"], half)
+    assert list(result.objects["state"]) == list(state)
+    assert observe(restored)["content_hash"] == entry["content_hash"]
+    with torch.no_grad():
+        restored[0].bias.add_(1)
+    assert observe(restored)["content_hash"] != entry["content_hash"]
+    assert observe(restored)["tensors_hash"] != entry["tensors_hash"]
+
+
+def test_tensor_from_an_absent_device_loads_on_cpu_with_a_warning(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the tensor would go back to it")
+    store = CheckpointStore(tmp_path)
+    gen = store.save([SaveItem("w", torch.arange(6.0).reshape(2, 3))])
+    # As if written on a GPU machine: only the recorded device differs.
+    manifest_path = gen.path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["objects"]["w"]["data"]["tensors"][0]["device"] = "cuda:0"
+    manifest_path.write_text(json.dumps(manifest))
+    result = store.load(["w"])
+    assert result.failed == {}
+    assert result.objects["w"].device.type == "cpu"
+    assert torch.equal(result.objects["w"], torch.arange(6.0).reshape(2, 3))
+    assert result.warnings == ["w: tensor 'value' was on cuda:0, which is not available here: loaded on the CPU"]
