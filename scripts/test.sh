@@ -18,6 +18,9 @@ fi
 scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
+# The torch rows of the checkpoint tests: the CPU build (on these machines it
+# comes from a local wheel; a plain `torch` would pull a multi-GB CUDA build).
+python -c "import torch" 2>/dev/null || python -m pip install --quiet "torch==2.13.0"
 
 step "ruff (lint and format)"
 ruff check jupyter_suspend tests
