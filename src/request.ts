@@ -18,7 +18,7 @@ export async function requestAPI<T>(
   const url = URLExt.join(settings.baseUrl, API_PATH, endPoint);
   const response = await ServerConnection.makeRequest(url, init, settings);
   const text = await response.text();
-  let data: any = text;
+  let data: unknown = text;
   if (text.length > 0) {
     try {
       data = JSON.parse(text);
@@ -27,7 +27,11 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
-    throw new ServerConnection.ResponseError(response, data?.message ?? text);
+    const message =
+      data && typeof data === 'object' && 'message' in data
+        ? String((data as { message: unknown }).message)
+        : text;
+    throw new ServerConnection.ResponseError(response, message);
   }
   return data as T;
 }
