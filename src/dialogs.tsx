@@ -130,7 +130,9 @@ export async function confirmSuspend(
     checkbox:
       view.blocking.length > 0
         ? {
-            label: trans.__('Force: suspend anyway (busy kernels lose their work)'),
+            label: trans.__(
+              'Force: suspend anyway (busy kernels lose their work)'
+            ),
             caption: trans.__(
               'Busy kernels cannot write their checkpoints; their running cell and unsaved variables are lost.'
             ),
@@ -230,7 +232,9 @@ export function VerdictBody(props: {
         <div className="jp-suspend-verdict-word">{trans.__('NO VERDICT')}</div>
         <p>
           {result.error ??
-            trans.__('The kernel published no verdict (is jupyter_suspend installed in it?)')}
+            trans.__(
+              'The kernel published no verdict (is jupyter_suspend installed in it?)'
+            )}
         </p>
       </div>
     );

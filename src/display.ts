@@ -432,7 +432,10 @@ export function preflightToView(
   trans: TranslationBundle
 ): IPreflightView {
   const keeps: IKeepLine[] = [
-    { label: trans.__('Files and saved notebooks'), kept: preflight.keeps.files },
+    {
+      label: trans.__('Files and saved notebooks'),
+      kept: preflight.keeps.files
+    },
     {
       label: trans.__('Application checkpoints'),
       kept: preflight.keeps.application_checkpoints
@@ -510,8 +513,7 @@ export function releasedSummary(
 ): string | null {
   const step = operation?.steps.find(s => s.name === 'release');
   const released = step?.detail['released'] as
-    | { kernel_memory_bytes?: number; gpu_memory_bytes?: number }
-    | undefined;
+    { kernel_memory_bytes?: number; gpu_memory_bytes?: number } | undefined;
   if (!released) {
     return null;
   }
@@ -519,7 +521,9 @@ export function releasedSummary(
     trans.__('%1 kernel memory', formatBytes(released.kernel_memory_bytes ?? 0))
   ];
   if (released.gpu_memory_bytes) {
-    parts.push(trans.__('%1 GPU memory', formatBytes(released.gpu_memory_bytes)));
+    parts.push(
+      trans.__('%1 GPU memory', formatBytes(released.gpu_memory_bytes))
+    );
   }
   return trans.__('released %1', parts.join(', '));
 }

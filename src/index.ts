@@ -12,7 +12,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { api } from './api';
-import { notifyCommands, SuspendCommands } from './commands';
+import { notifyCommands, registerCommands } from './commands';
+import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
 import { noticeStoppedKernels, reconnectNotebooks } from './reconnect';
@@ -76,16 +77,15 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
       interval: settings.pollInterval * 1000
     });
 
-    const commands = new SuspendCommands({
+    const deps = {
       app,
       model,
       trans,
       settings: () => settings,
       tracker,
-      docManager,
-      palette
-    });
-    commands.register();
+      docManager
+    };
+    registerCommands(deps, new SuspendFlows(deps), palette);
 
     if (rendermime) {
       rendermime.addFactory(verdictRendererFactory(trans), 40);

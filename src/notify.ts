@@ -83,7 +83,10 @@ export class ColdStartNotifier {
     await this._save();
     const trans = this._trans;
     const actions: Notification.IAction[] = [];
-    if ((status.last_restore?.kernels.length ?? 0) > 0 && status.state === 'ready') {
+    if (
+      (status.last_restore?.kernels.length ?? 0) > 0 &&
+      status.state === 'ready'
+    ) {
       actions.push({
         label: trans.__('Restore checkpoints'),
         caption: trans.__('Run %checkpoint restore in the restarted kernels'),

@@ -122,7 +122,10 @@ export async function reconnectNotebooks(
       try {
         outcomes.set(ctx.path, await reconnectContext(ctx, services.sessions));
       } catch (reason) {
-        console.warn(`jupyter-suspend: could not reconnect ${ctx.path}`, reason);
+        console.warn(
+          `jupyter-suspend: could not reconnect ${ctx.path}`,
+          reason
+        );
       }
     })
   );

@@ -27,7 +27,10 @@ export interface IStatusViewOptions {
   commands: CommandRegistry;
 }
 
-function display(model: SuspendModel, options: IStatusViewOptions): IStatusDisplay {
+function display(
+  model: SuspendModel,
+  options: IStatusViewOptions
+): IStatusDisplay {
   return describeStatus(
     model.status,
     {
@@ -119,7 +122,10 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
   }
 
   dispose(): void {
-    this._options.commands.commandChanged.disconnect(this._onCommandChanged, this);
+    this._options.commands.commandChanged.disconnect(
+      this._onCommandChanged,
+      this
+    );
     super.dispose();
   }
 
@@ -147,7 +153,11 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
         </button>
       ) : null;
     return (
-      <div className="jp-suspend-panel-body" data-state={shown.state} data-tone={shown.tone}>
+      <div
+        className="jp-suspend-panel-body"
+        data-state={shown.state}
+        data-tone={shown.tone}
+      >
         <h3 className="jp-suspend-panel-headline">{shown.headline}</h3>
         {shown.details.map((line, i) => (
           <p key={i} className="jp-suspend-panel-detail">

@@ -63,8 +63,7 @@ export function verdictFromBundle(
           typeof candidate.kernel_id === 'string'
             ? candidate.kernel_id
             : undefined,
-        message:
-          typeof candidate.message === 'string' ? candidate.message : '',
+        message: typeof candidate.message === 'string' ? candidate.message : '',
         details: candidate.details,
         checkpoints_restored: Array.isArray(candidate.checkpoints_restored)
           ? candidate.checkpoints_restored
@@ -101,9 +100,7 @@ export function parseVerifyOutputs(
       output.output_type === 'execute_result' ||
       output.output_type === 'update_display_data'
     ) {
-      const verdict = verdictFromBundle(
-        (output as nbformat.IDisplayData).data
-      );
+      const verdict = verdictFromBundle((output as nbformat.IDisplayData).data);
       if (verdict) {
         return { verdict, error: null };
       }
@@ -122,8 +119,7 @@ export function parseVerifyOutputs(
     }
   }
   const error = outputs.find(o => o.output_type === 'error') as
-    | nbformat.IError
-    | undefined;
+    nbformat.IError | undefined;
   if (error) {
     return { verdict: null, error: `${error.ename}: ${error.evalue}` };
   }

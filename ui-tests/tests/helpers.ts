@@ -172,7 +172,9 @@ export function toolbarItem(
 }
 
 /** Record every `data-state` the status bar item takes, in order. */
-export async function recordStates(page: IJupyterLabPageFixture): Promise<void> {
+export async function recordStates(
+  page: IJupyterLabPageFixture
+): Promise<void> {
   await page.evaluate(() => {
     const node = document.querySelector(
       '#jp-main-statusbar .jp-suspend-status'

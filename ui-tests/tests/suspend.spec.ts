@@ -55,8 +55,12 @@ test('every notebook gets the Suspend and Verify buttons; the status bar shows t
   await item.click();
   const panel = page.locator('.jp-suspend-panel');
   await expect(panel).toBeVisible();
-  await expect(panel.locator('[data-command="jupyter-suspend:suspend"]')).toBeEnabled();
-  await expect(panel.locator('[data-command="jupyter-suspend:checkpoint"]')).toBeEnabled();
+  await expect(
+    panel.locator('[data-command="jupyter-suspend:suspend"]')
+  ).toBeEnabled();
+  await expect(
+    panel.locator('[data-command="jupyter-suspend:checkpoint"]')
+  ).toBeEnabled();
   await expect(panel).toContainText('local');
   // A click elsewhere closes it.
   await page.locator('.jp-NotebookPanel-notebook').first().click();
@@ -72,20 +76,31 @@ test('the preflight dialog shows what the backend keeps and loses, per kernel', 
   await openNotebook(page, file, ['weights = list(range(10))']);
   await page.notebook.runCell(0);
 
-  await toolbarItem(page, 'jupyter-suspend:suspend').locator('jp-button').click();
+  await toolbarItem(page, 'jupyter-suspend:suspend')
+    .locator('jp-button')
+    .click();
   const dialog = page.locator('.jp-Dialog');
   await expect(dialog.locator('.jp-suspend-preflight')).toBeVisible();
 
   // Capabilities of the local backend, as the server's dry run reports them.
   const kept = dialog.locator('.jp-suspend-keeps li[data-kept="true"]');
   const lost = dialog.locator('.jp-suspend-keeps li[data-kept="false"]');
-  await expect(kept).toContainText(['Files and saved notebooks', 'Application checkpoints']);
+  await expect(kept).toContainText([
+    'Files and saved notebooks',
+    'Application checkpoints'
+  ]);
   await expect(lost).toContainText(['Live memory', 'GPU memory']);
   // Per kernel: this notebook, what it keeps and what it loses.
-  const row = dialog.locator('.jp-suspend-kernel', { hasText: 'preflight.ipynb' });
+  const row = dialog.locator('.jp-suspend-kernel', {
+    hasText: 'preflight.ipynb'
+  });
   await expect(row).toBeVisible();
-  await expect(row.locator('.jp-suspend-kernel-keeps')).toContainText('notebook file on disk');
-  await expect(row.locator('.jp-suspend-kernel-loses')).toContainText('all variables in kernel memory');
+  await expect(row.locator('.jp-suspend-kernel-keeps')).toContainText(
+    'notebook file on disk'
+  );
+  await expect(row.locator('.jp-suspend-kernel-loses')).toContainText(
+    'all variables in kernel memory'
+  );
   await screenshot(page, 'preflight-dialog');
 
   // Cancel: nothing happens, the kernel keeps its variables.
@@ -93,7 +108,9 @@ test('the preflight dialog shows what the backend keeps and loses, per kernel', 
   await expect(dialog).toHaveCount(0);
   const status = await serverStatus(request);
   expect(status.state).toMatch(/^(running|ready)$/);
-  expect(status.operation?.kind === 'suspend' && status.operation.in_progress).toBeFalsy();
+  expect(
+    status.operation?.kind === 'suspend' && status.operation.in_progress
+  ).toBeFalsy();
   expect(await runNewCell(page, 'print(len(weights))')).toContain('10');
 });
 
@@ -113,10 +130,14 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
 
   const item = statusItem(page);
   await recordStates(page);
-  await toolbarItem(page, 'jupyter-suspend:suspend').locator('jp-button').click();
+  await toolbarItem(page, 'jupyter-suspend:suspend')
+    .locator('jp-button')
+    .click();
   await page.locator('.jp-Dialog .jp-mod-accept').click();
 
-  await expect(item).toHaveAttribute('data-state', 'suspended', { timeout: 120000 });
+  await expect(item).toHaveAttribute('data-state', 'suspended', {
+    timeout: 120000
+  });
   await expect(item).toContainText('Suspended');
   let status = await serverIdle(request);
   expect(status.state).toBe('suspended');
@@ -126,11 +147,17 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   expect(JSON.stringify(await saved.json())).toContain('unsaved_edit = True');
   // The kernel is gone on the server.
   expect(await sessionsFor(request, file)).toHaveLength(0);
-  await expect(toolbarItem(page, 'jupyter-suspend:resume')).toContainText('Resume');
+  await expect(toolbarItem(page, 'jupyter-suspend:resume')).toContainText(
+    'Resume'
+  );
   await screenshot(page, 'suspended');
 
-  await toolbarItem(page, 'jupyter-suspend:resume').locator('jp-button').click();
-  await expect(item).toHaveAttribute('data-state', 'ready', { timeout: 120000 });
+  await toolbarItem(page, 'jupyter-suspend:resume')
+    .locator('jp-button')
+    .click();
+  await expect(item).toHaveAttribute('data-state', 'ready', {
+    timeout: 120000
+  });
   await expect(item).toContainText('Ready (cold');
   status = await serverIdle(request);
   expect(status.state).toBe('ready');
@@ -146,7 +173,9 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   // The cold restore is announced once, with the way back to the checkpoints.
   const toast = page.locator('.Toastify__toast', { hasText: 'Cold restore' });
   await expect(toast).toBeVisible();
-  await expect(toast.getByRole('button', { name: 'Restore checkpoints' })).toBeVisible();
+  await expect(
+    toast.getByRole('button', { name: 'Restore checkpoints' })
+  ).toBeVisible();
   await screenshot(page, 'ready-cold');
 
   // Same kernel and session ids, reconnected without a manual restart; one
@@ -159,7 +188,9 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   expect(sessions).toHaveLength(1);
   expect(sessions[0].kernel.id).toBe(before.kernelId);
   // A cell runs; the variables are gone, as a cold restore says.
-  expect(await runNewCell(page, "print(6 * 7, 'answer' in globals())")).toContain('42 False');
+  expect(
+    await runNewCell(page, "print(6 * 7, 'answer' in globals())")
+  ).toContain('42 False');
 });
 
 test('a suspend whose flush fails is aborted and nothing is released', async ({
@@ -174,18 +205,28 @@ test('a suspend whose flush fails is aborted and nothing is released', async ({
   // Something outside the browser breaks the file on disk (the notebook in
   // the browser has no unsaved change, so nothing overwrites it).
   const put = await request.put(`/api/contents/${file}`, {
-    data: { type: 'file', format: 'text', content: '{"this is": not a notebook' }
+    data: {
+      type: 'file',
+      format: 'text',
+      content: '{"this is": not a notebook'
+    }
   });
   expect(put.ok()).toBeTruthy();
 
-  await toolbarItem(page, 'jupyter-suspend:suspend').locator('jp-button').click();
+  await toolbarItem(page, 'jupyter-suspend:suspend')
+    .locator('jp-button')
+    .click();
   await page.locator('.jp-Dialog .jp-mod-accept').click();
-  const toast = page.locator('.Toastify__toast', { hasText: 'Suspend aborted' });
+  const toast = page.locator('.Toastify__toast', {
+    hasText: 'Suspend aborted'
+  });
   await expect(toast).toBeVisible({ timeout: 120000 });
   // The whole reason is one click away (toasts are cut at 140 characters).
   await toast.getByRole('button', { name: 'Details' }).click();
   const details = page.locator('.jp-Dialog', { hasText: 'Suspend aborted' });
-  await expect(details).toContainText('corrupt.ipynb on disk is not valid JSON');
+  await expect(details).toContainText(
+    'corrupt.ipynb on disk is not valid JSON'
+  );
   await details.locator('.jp-mod-accept').click();
 
   const status = await serverIdle(request);
@@ -193,7 +234,9 @@ test('a suspend whose flush fails is aborted and nothing is released', async ({
   expect(status.operation?.outcome).toBe('aborted');
   await expect(statusItem(page)).toHaveAttribute('data-state', status.state);
   await statusItem(page).click();
-  await expect(page.locator('.jp-suspend-panel')).toContainText('Last suspend aborted');
+  await expect(page.locator('.jp-suspend-panel')).toContainText(
+    'Last suspend aborted'
+  );
   await page.locator('.jp-NotebookPanel-notebook').first().click();
   // The kernel was never stopped: its variable is still there.
   expect(await runNewCell(page, 'print(kept_alive * 6)')).toContain('42');
@@ -214,7 +257,9 @@ test('a document that cannot be saved stops the suspend before it starts', async
   expect(moved.ok()).toBeTruthy();
   const before = await serverStatus(request);
 
-  await toolbarItem(page, 'jupyter-suspend:suspend').locator('jp-button').click();
+  await toolbarItem(page, 'jupyter-suspend:suspend')
+    .locator('jp-button')
+    .click();
   // JupyterLab reports the failed save first; dialogs queue, ours follows.
   const saveError = page.locator('.jp-Dialog', { hasText: 'File Save Error' });
   await expect(saveError).toBeVisible();
@@ -233,7 +278,10 @@ test('a document that cannot be saved stops the suspend before it starts', async
   await expect(page.locator('.jp-Dialog')).toHaveCount(0);
 });
 
-test('status answers the API the same as the UI shows', async ({ page, request }) => {
+test('status answers the API the same as the UI shows', async ({
+  page,
+  request
+}) => {
   const status = await serverStatus(request);
   await expect(statusItem(page)).toHaveAttribute('data-state', status.state);
   const timeline = await request.get(`${API}/timeline`);
