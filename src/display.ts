@@ -39,7 +39,7 @@ export interface IDisplayOptions {
 }
 
 /** The longest failure reason shown in the status bar itself. */
-const MAX_LABEL_REASON = 60;
+const MAX_LABEL_REASON = 40;
 
 /**
  * A duration the way people say it: "42 s", "5 min", "2 h 05 min", "3 d 4 h".
@@ -333,12 +333,8 @@ export function describeStatus(
   return { state: status.state, tone, label, headline, details };
 }
 
-/** Lines describing one suspend/resume cycle (tooltip and popup). */
-export function describeCycle(
-  cycle: ICycle,
-  trans: TranslationBundle
-): string[] {
-  const lines: string[] = [];
+/** "Last cycle: resumed (cold) — reason". */
+export function cycleHeadline(cycle: ICycle, trans: TranslationBundle): string {
   const outcome: { [key: string]: string } = {
     in_progress: trans.__('in progress'),
     suspended: trans.__('suspended'),
@@ -352,17 +348,20 @@ export function describeCycle(
       : cycle.restore === 'cold'
         ? trans.__(' (cold)')
         : '';
-  lines.push(
+  return (
     trans.__(
       'Last cycle: %1%2',
       outcome[cycle.outcome] ?? cycle.outcome,
       restore
     ) + (cycle.reason ? ` — ${cycle.reason}` : '')
   );
-  const requested = cycle.times['suspend_requested'];
-  if (requested) {
-    lines.push(trans.__('Suspend requested: %1', formatClock(requested)));
-  }
+}
+
+/** "flush: 0.4 s", … for each duration the cycle measured. */
+export function cycleDurations(
+  cycle: ICycle,
+  trans: TranslationBundle
+): string[] {
   const d = cycle.durations;
   const parts: [string, number | null | undefined][] = [
     [trans.__('idle before'), d['idle_before_suspend']],
@@ -372,11 +371,22 @@ export function describeCycle(
     [trans.__('waited for capacity'), d['waiting_for_capacity']],
     [trans.__('resume to runnable cell'), d['resume_to_runnable']]
   ];
-  for (const [name, value] of parts) {
-    if (value !== null && value !== undefined) {
-      lines.push(`${name}: ${formatSeconds(value, trans)}`);
-    }
+  return parts
+    .filter(([, value]) => value !== null && value !== undefined)
+    .map(([name, value]) => `${name}: ${formatSeconds(value, trans)}`);
+}
+
+/** Lines describing one suspend/resume cycle (the tooltip). */
+export function describeCycle(
+  cycle: ICycle,
+  trans: TranslationBundle
+): string[] {
+  const lines = [cycleHeadline(cycle, trans)];
+  const requested = cycle.times['suspend_requested'];
+  if (requested) {
+    lines.push(trans.__('Suspend requested: %1', formatClock(requested)));
   }
+  lines.push(...cycleDurations(cycle, trans));
   const totals = cycle.released_totals;
   if (totals && totals.gpu_hours > 0) {
     lines.push(trans.__('GPU hours released: %1', totals.gpu_hours.toFixed(3)));
@@ -387,6 +397,13 @@ export function describeCycle(
     }
   }
   return lines;
+}
+
+/** The last cycle in one line (the status bar panel). */
+export function cycleSummary(cycle: ICycle, trans: TranslationBundle): string {
+  return [cycleHeadline(cycle, trans), ...cycleDurations(cycle, trans)].join(
+    ' · '
+  );
 }
 
 /** "14:03:12" in the browser's time zone, from an ISO time. */

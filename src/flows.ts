@@ -16,12 +16,7 @@ import * as React from 'react';
 import { api, errorMessage } from './api';
 import { notifyCommands } from './commands';
 import { confirmSuspend, showTimeline, showVerdict, TextBody } from './dialogs';
-import {
-  checkpointsRestored,
-  preflightToView,
-  progressMessage,
-  releasedSummary
-} from './display';
+import { preflightToView, progressMessage, releasedSummary } from './display';
 import {
   CommandIDs,
   IOperation,
@@ -322,6 +317,7 @@ export class SuspendFlows {
       });
     } else if (final.state === 'suspended') {
       const released = releasedSummary(op, trans);
+      this._suspendNotice = notificationId;
       Notification.update({
         id: notificationId,
         message: released
@@ -356,6 +352,11 @@ export class SuspendFlows {
     const { app, model, trans } = this._deps;
     this._busy = true;
     notifyCommands(app);
+    // "Suspended … [Resume]" is stale from here on.
+    if (this._suspendNotice) {
+      Notification.dismiss(this._suspendNotice);
+      this._suspendNotice = null;
+    }
     const notificationId = Notification.emit(
       trans.__('Resuming: restarting the recorded sessions…'),
       'in-progress',
@@ -380,21 +381,14 @@ export class SuspendFlows {
         notificationId,
         trans
       );
-      if (final.state === 'ready') {
-        const message =
-          final.restore === 'cold'
-            ? trans.__(
-                'Ready: cold start, %1',
-                trans._n(
-                  '%1 checkpoint restored',
-                  '%1 checkpoints restored',
-                  checkpointsRestored(final)
-                )
-              )
-            : trans.__('Ready: %1 restore', final.restore ?? '');
+      if (final.state === 'ready' && final.restore === 'cold') {
+        // The cold-restore announcement (notify.ts) says it all, with the
+        // action to restore the checkpoints: no second toast.
+        Notification.dismiss(notificationId);
+      } else if (final.state === 'ready') {
         Notification.update({
           id: notificationId,
-          message,
+          message: trans.__('Ready: %1 restore', final.restore ?? ''),
           type: 'success',
           autoClose: 6000
         });
@@ -657,4 +651,5 @@ export class SuspendFlows {
 
   private _deps: IFlowDeps;
   private _busy = false;
+  private _suspendNotice: string | null = null;
 }

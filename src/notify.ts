@@ -7,11 +7,13 @@
  * Which restores were already announced is remembered in the state database,
  * so a reload of the page does not announce the same restore again.
  */
-import { Notification } from '@jupyterlab/apputils';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import type { IStateDB } from '@jupyterlab/statedb';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import type { CommandRegistry } from '@lumino/commands';
+import * as React from 'react';
 
+import { TextBody } from './dialogs';
 import { checkpointsRestored } from './display';
 import { CommandIDs, IStatus } from './tokens';
 
@@ -40,15 +42,18 @@ export function announcementMessage(
   trans: TranslationBundle
 ): string {
   if (status.state === 'ready' && status.restore === 'cold') {
-    const n = checkpointsRestored(status);
-    const kernels = status.last_restore?.kernels.length ?? 0;
+    // Short: notifications show 140 characters.
     return trans.__(
-      'Cold restore: %1 were started again, so variables in memory are gone. Files are intact; %2 by the resume. Restore them again or re-run the notebook to rebuild the rest.',
-      trans._n('%1 kernel', '%1 kernels', kernels),
+      'Cold restore: %1, in-memory variables are gone. Files are intact; %2.',
       trans._n(
-        '%1 application checkpoint was restored',
-        '%1 application checkpoints were restored',
-        n
+        '%1 kernel restarted',
+        '%1 kernels restarted',
+        status.last_restore?.kernels.length ?? 0
+      ),
+      trans._n(
+        '%1 checkpoint restored',
+        '%1 checkpoints restored',
+        checkpointsRestored(status)
       )
     );
   }
@@ -98,6 +103,19 @@ export class ColdStartNotifier {
       actions.push({
         label: trans.__('Resume'),
         callback: () => void this._commands.execute(CommandIDs.resume)
+      });
+    }
+    if (status.cold_start?.message) {
+      actions.push({
+        label: trans.__('Details'),
+        callback: () =>
+          void showDialog({
+            title: trans.__('The server started cold'),
+            body: React.createElement(TextBody, {
+              text: `${status.cold_start!.message}\n\n${status.cold_start!.next_step}`
+            }),
+            buttons: [Dialog.okButton({ label: trans.__('Close') })]
+          })
       });
     }
     actions.push({

@@ -11,6 +11,7 @@ import type { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
 import {
+  cycleSummary,
   describeCycle,
   describeStatus,
   formatClock,
@@ -159,6 +160,16 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
         data-tone={shown.tone}
       >
         <h3 className="jp-suspend-panel-headline">{shown.headline}</h3>
+        {/* Actions first: the popup may be cut by a small window. */}
+        <div className="jp-suspend-panel-actions">
+          {action(CommandIDs.suspend, trans.__('Suspend…'))}
+          {status?.can_resume && action(CommandIDs.resume, trans.__('Resume'))}
+          {action(CommandIDs.checkpoint, trans.__('Checkpoint now'))}
+          {status?.state === 'failed' &&
+            action(CommandIDs.acknowledge, trans.__('Acknowledge'))}
+          {action(CommandIDs.verify, trans.__('Verify live state'))}
+          {action(CommandIDs.timeline, trans.__('Timeline'))}
+        </div>
         {shown.details.map((line, i) => (
           <p key={i} className="jp-suspend-panel-detail">
             {line}
@@ -195,44 +206,31 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
                 </dd>
               </>
             )}
+            {op && !op.in_progress && (
+              <>
+                <dt>{trans.__('Last operation')}</dt>
+                <dd>
+                  {trans.__('%1 %2', op.kind, op.outcome ?? '')}
+                  {op.finished ? ` · ${formatClock(op.finished)}` : ''}
+                </dd>
+              </>
+            )}
           </dl>
         )}
-        {op && (
-          <div className="jp-suspend-panel-operation">
-            <div>
-              {trans.__(
-                '%1 %2',
-                op.kind,
-                op.in_progress ? trans.__('in progress') : (op.outcome ?? '')
-              )}
-              {op.message ? ` — ${op.message}` : ''}
-            </div>
-            <ol className="jp-suspend-steps">
-              {op.steps.map((step, i) => (
-                <li key={i} data-status={step.status}>
-                  {stepLabel(step.name, trans)}: {step.status}
-                  {step.message ? ` — ${step.message}` : ''}
-                </li>
-              ))}
-            </ol>
-          </div>
+        {op && op.in_progress && (
+          <ol className="jp-suspend-steps">
+            {op.steps.map((step, i) => (
+              <li key={i} data-status={step.status}>
+                {stepLabel(step.name, trans)}: {step.status}
+              </li>
+            ))}
+          </ol>
         )}
         {last && (
           <div className="jp-suspend-panel-cycle">
-            {describeCycle(last, trans).map((line, i) => (
-              <div key={i}>{line}</div>
-            ))}
+            {cycleSummary(last, trans)}
           </div>
         )}
-        <div className="jp-suspend-panel-actions">
-          {action(CommandIDs.suspend, trans.__('Suspend…'))}
-          {status?.can_resume && action(CommandIDs.resume, trans.__('Resume'))}
-          {action(CommandIDs.checkpoint, trans.__('Checkpoint now'))}
-          {status?.state === 'failed' &&
-            action(CommandIDs.acknowledge, trans.__('Acknowledge'))}
-          {action(CommandIDs.verify, trans.__('Verify live state'))}
-          {action(CommandIDs.timeline, trans.__('Timeline'))}
-        </div>
       </div>
     );
   }

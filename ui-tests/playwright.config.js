@@ -49,11 +49,12 @@ module.exports = {
     }
   },
   webServer: {
-    command: 'jlpm start',
+    // The server's log goes to a file, read it when a test fails.
+    command: 'jlpm start > jupyter-server.log 2>&1',
     url: `http://127.0.0.1:${PORT}/lab`,
     timeout: 180 * 1000,
     reuseExistingServer: false,
-    stdout: 'pipe',
+    stdout: 'ignore',
     stderr: 'pipe'
   }
 };

@@ -189,7 +189,7 @@ describe('describeStatus', () => {
       true
     );
     expect(shown.label.endsWith('…')).toBe(true);
-    expect(shown.label.length).toBeLessThanOrEqual('Failed: '.length + 60);
+    expect(shown.label.length).toBeLessThanOrEqual('Failed: '.length + 40);
     expect(shown.details).toEqual([
       `Reason: ${status.failure!.reason}`,
       `Next step: ${status.failure!.next_step}`

@@ -54,8 +54,10 @@ describe('announcementKey', () => {
     const status = statusReadyCold();
     status.last_restore!.checkpoints_restored_count = 2;
     const message = announcementMessage(status, trans);
-    expect(message).toContain('1 kernel were started again');
-    expect(message).toContain('2 application checkpoints were restored');
+    expect(message).toBe(
+      'Cold restore: 1 kernel restarted, in-memory variables are gone. Files are intact; 2 checkpoints restored.'
+    );
+    expect(message.length).toBeLessThanOrEqual(140);
   });
 });
 

@@ -2,12 +2,14 @@
  * The suspend button, the preflight dialog, the status bar and a full
  * suspend/resume on the local backend, in a real jupyter lab and Chromium.
  */
-import { expect, test } from '@jupyterlab/galata';
+import { expect, galata, test } from '@jupyterlab/galata';
+import * as fs from 'fs';
 
 import {
   API,
   browserKernel,
   ensureSteady,
+  KERNELSPEC_DIR,
   openNotebook,
   recordedStates,
   recordStates,
@@ -62,6 +64,7 @@ test('every notebook gets the Suspend and Verify buttons; the status bar shows t
     panel.locator('[data-command="jupyter-suspend:checkpoint"]')
   ).toBeEnabled();
   await expect(panel).toContainText('local');
+  await screenshot(page, 'status-panel');
   // A click elsewhere closes it.
   await page.locator('.jp-NotebookPanel-notebook').first().click();
   await expect(panel).toHaveCount(0);
@@ -176,6 +179,11 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   await expect(
     toast.getByRole('button', { name: 'Restore checkpoints' })
   ).toBeVisible();
+  // The resume's own progress toast gave way to this one.
+  await expect(
+    page.locator('.Toastify__toast', { hasText: 'Resuming' })
+  ).toHaveCount(0);
+  await expect(toast).toBeInViewport({ ratio: 1 });
   await screenshot(page, 'ready-cold');
 
   // Same kernel and session ids, reconnected without a manual restart; one
@@ -278,12 +286,147 @@ test('a document that cannot be saved stops the suspend before it starts', async
   await expect(page.locator('.jp-Dialog')).toHaveCount(0);
 });
 
-test('status answers the API the same as the UI shows', async ({
+test('a resume that cannot restart the kernel fails with a reason and a next step', async ({
   page,
+  tmpPath,
   request
 }) => {
-  const status = await serverStatus(request);
-  await expect(statusItem(page)).toHaveAttribute('data-state', status.state);
-  const timeline = await request.get(`${API}/timeline`);
-  expect(timeline.ok()).toBeTruthy();
+  const file = `${tmpPath}/removable.ipynb`;
+  await openNotebook(page, file, ['import os\npid = os.getpid()'], {
+    name: 'suspend-test-python',
+    display_name: 'Python 3 (removable)'
+  });
+  await page.notebook.runCell(0);
+  const item = statusItem(page);
+
+  // Suspend from the status bar panel this time.
+  await item.click();
+  await page
+    .locator('.jp-suspend-panel [data-command="jupyter-suspend:suspend"]')
+    .click();
+  await page.locator('.jp-Dialog .jp-mod-accept').click();
+  await expect(item).toHaveAttribute('data-state', 'suspended');
+
+  // While suspended, the environment the session ran in goes away (as a
+  // platform upgrade can remove an image or kernel).
+  const removed = `${KERNELSPEC_DIR}.removed`;
+  fs.renameSync(KERNELSPEC_DIR, removed);
+  try {
+    await toolbarItem(page, 'jupyter-suspend:resume')
+      .locator('jp-button')
+      .click();
+    await expect(item).toHaveAttribute('data-state', 'failed');
+    await expect(item).toContainText('Failed: no kernel could be restarted');
+    const status = await serverStatus(request);
+    expect(status.failure?.reason).toContain('suspend-test-python');
+    const toast = page.locator('.Toastify__toast', {
+      hasText: 'Resume failed'
+    });
+    await expect(toast).toBeVisible();
+    // The "Suspended … Resume" toast went away when the resume started.
+    await expect(
+      page.locator('.Toastify__toast', { hasText: 'Suspended:' })
+    ).toHaveCount(0);
+
+    await item.click();
+    const panel = page.locator('.jp-suspend-panel');
+    await expect(panel).toContainText(`Reason: ${status.failure!.reason}`);
+    await expect(panel).toContainText(
+      `Next step: ${status.failure!.next_step}`
+    );
+    await expect(
+      panel.locator('[data-command="jupyter-suspend:acknowledge"]')
+    ).toBeEnabled();
+    // Resume stays possible (it retries); suspending again is not.
+    await expect(
+      panel.locator('[data-command="jupyter-suspend:resume"]')
+    ).toBeEnabled();
+    await expect(
+      panel.locator('[data-command="jupyter-suspend:suspend"]')
+    ).toBeDisabled();
+    await screenshot(page, 'failed');
+
+    // Acknowledge: back to running, without the recorded session.
+    await panel.locator('[data-command="jupyter-suspend:acknowledge"]').click();
+    const confirm = page.locator('.jp-Dialog', {
+      hasText: 'Acknowledge the failure?'
+    });
+    await expect(confirm).toContainText(status.failure!.next_step);
+    await confirm.locator('.jp-mod-accept').click();
+    await expect(item).toHaveAttribute('data-state', 'running');
+    expect((await serverStatus(request)).state).toBe('running');
+  } finally {
+    fs.renameSync(removed, KERNELSPEC_DIR);
+  }
+});
+
+test.describe('with "confirm before suspending" off', () => {
+  test.use({
+    mockSettings: {
+      ...galata.DEFAULT_SETTINGS,
+      'jupyter-suspend:plugin': { confirmBeforeSuspend: false }
+    }
+  });
+
+  test('the button suspends at once, after saving', async ({
+    page,
+    tmpPath,
+    request
+  }) => {
+    const file = `${tmpPath}/quick.ipynb`;
+    await openNotebook(page, file, ['q = 1']);
+    await page.notebook.setCell(0, 'code', 'q = 2  # edited');
+    await toolbarItem(page, 'jupyter-suspend:suspend')
+      .locator('jp-button')
+      .click();
+    await expect(statusItem(page)).toHaveAttribute('data-state', 'suspended');
+    // No confirmation dialog was needed.
+    await expect(page.locator('.jp-suspend-preflight')).toHaveCount(0);
+    const saved = await request.get(`/api/contents/${file}?content=1`);
+    expect(JSON.stringify(await saved.json())).toContain('q = 2  # edited');
+    // Resume so that afterEach shuts this test's kernel down.
+    await toolbarItem(page, 'jupyter-suspend:resume')
+      .locator('jp-button')
+      .click();
+    await expect(statusItem(page)).toHaveAttribute('data-state', 'ready');
+    expect((await serverIdle(request)).state).toBe('ready');
+  });
+});
+
+test.describe('with the poll interval at one hour', () => {
+  test.use({
+    mockSettings: {
+      ...galata.DEFAULT_SETTINGS,
+      'jupyter-suspend:plugin': { pollInterval: 3600 }
+    }
+  });
+
+  test('a suspend from elsewhere shows at once, through the server events', async ({
+    page,
+    tmpPath,
+    request
+  }) => {
+    await openNotebook(page, `${tmpPath}/elsewhere.ipynb`, ['e = 1']);
+    const item = statusItem(page);
+    await expect(item).toHaveAttribute('data-state', /^(running|ready)$/);
+    // Not this page: the REST API, as another tab or the %suspend magic would.
+    const started = Date.now();
+    expect(
+      (
+        await request.post(`${API}/suspend`, { data: { reason: 'elsewhere' } })
+      ).status()
+    ).toBe(202);
+    // Polling alone would take up to an hour; events take well under 30 s.
+    await expect(item).toHaveAttribute('data-state', 'suspended', {
+      timeout: 30000
+    });
+    expect(Date.now() - started).toBeLessThan(30000);
+    expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
+      202
+    );
+    await expect(item).toHaveAttribute('data-state', 'ready', {
+      timeout: 30000
+    });
+    await waitKernelConnected(page);
+  });
 });
