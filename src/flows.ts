@@ -528,6 +528,18 @@ export class SuspendFlows {
       refuse(trans.__('Open a notebook to verify its live state.'));
       return null;
     }
+    await panel.sessionContext.ready;
+    const kernel = panel.sessionContext.session?.kernel;
+    if (!kernel || kernel.isDisposed) {
+      // Running the helper would only make JupyterLab ask for a kernel.
+      refuse(
+        trans.__(
+          '%1 has no running kernel: resume the environment or start a kernel first.',
+          panel.context.path
+        )
+      );
+      return null;
+    }
     const mode =
       args['mode'] === 'scratch' || args['mode'] === 'insert-cell'
         ? args['mode']

@@ -154,6 +154,19 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
     'Resume'
   );
   await screenshot(page, 'suspended');
+  // Verify has nothing to check while the kernel is stopped, and says so
+  // instead of inserting a cell that would only ask for a kernel.
+  const cells = await page.notebook.getCellCount();
+  await toolbarItem(page, 'jupyter-suspend:verify')
+    .locator('jp-button')
+    .click();
+  const noKernel = page.locator('.Toastify__toast', {
+    hasText: 'has no running kernel'
+  });
+  await expect(noKernel).toBeVisible();
+  expect(await page.notebook.getCellCount()).toBe(cells);
+  // It closes by itself (and must not linger into the next screenshots).
+  await expect(noKernel).toHaveCount(0, { timeout: 30000 });
 
   await toolbarItem(page, 'jupyter-suspend:resume')
     .locator('jp-button')
