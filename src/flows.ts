@@ -126,7 +126,9 @@ async function followOperation(
   model.changed.connect(update);
   try {
     update();
-    return await model.waitFor(s => operationEnded(s, operationId, started));
+    // No deadline: a wait for capacity may last the backend's
+    // capacity_max_wait (an hour by default) and the server ends it anyway.
+    return await model.waitFor(s => operationEnded(s, operationId, started), 0);
   } finally {
     model.changed.disconnect(update);
   }

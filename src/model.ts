@@ -120,12 +120,19 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
       const onChanged = (): void => {
         check();
       };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error('timed out waiting for the suspend state'));
-      }, timeoutMs);
+      // 0: no deadline (the server ends every operation, however long a
+      // snapshot upload or a wait for capacity takes).
+      const timer =
+        timeoutMs > 0
+          ? setTimeout(() => {
+              cleanup();
+              reject(new Error('timed out waiting for the suspend state'));
+            }, timeoutMs)
+          : null;
       const cleanup = (): void => {
-        clearTimeout(timer);
+        if (timer !== null) {
+          clearTimeout(timer);
+        }
         this._changed.disconnect(onChanged);
       };
       if (!check()) {

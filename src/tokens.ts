@@ -267,7 +267,10 @@ export interface ISuspendModel {
   readonly lifecycleEvent: ISignal<ISuspendModel, ILifecycleEvent>;
   /** Fetch the status now; resolves once it arrived. */
   refresh(): Promise<void>;
-  /** Wait until `predicate(status)` holds, refreshing on events. */
+  /**
+   * Wait until `predicate(status)` holds, refreshing on events; rejects after
+   * `timeoutMs` (default 10 min; 0 waits as long as it takes).
+   */
   waitFor(
     predicate: (status: IStatus) => boolean,
     timeoutMs?: number

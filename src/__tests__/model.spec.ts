@@ -186,6 +186,20 @@ describe('SuspendModel', () => {
     );
   });
 
+  it('waitFor with no deadline keeps waiting', async () => {
+    jest.useFakeTimers();
+    try {
+      let settled = false;
+      const waiting = model.waitFor(s => s.state === 'suspended', 0);
+      void waiting.then(() => (settled = true));
+      jest.advanceTimersByTime(24 * 3600 * 1000);
+      await Promise.resolve();
+      expect(settled).toBe(false);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
   it('stops listening to events once disposed', () => {
     const seen: ILifecycleEvent[] = [];
     model.lifecycleEvent.connect((_, event) => seen.push(event));
