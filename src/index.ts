@@ -2,62 +2,173 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
-import { Poll } from '@lumino/polling';
-import { Widget } from '@lumino/widgets';
 
-import { requestAPI } from './request';
+import { api } from './api';
+import { notifyCommands, registerCommands } from './commands';
+import { SuspendFlows } from './flows';
+import { SuspendModel } from './model';
+import { ColdStartNotifier } from './notify';
+import { noticeStoppedKernels, reconnectNotebooks } from './reconnect';
+import { SuspendStatusItem } from './statusbar';
+import {
+  DEFAULT_SETTINGS,
+  ISettings,
+  ISuspendModel,
+  IStatus,
+  PLUGIN_ID,
+  TRANSLATION_DOMAIN
+} from './tokens';
+import { verdictRendererFactory } from './verdict';
 
-/** The part of `GET jupyter-suspend/api/status` the status bar shows. */
-interface IStatus {
-  state: string;
-  restore: 'live' | 'cold' | null;
-  message: string;
+function readSettings(settings: ISettingRegistry.ISettings): ISettings {
+  const get = <K extends keyof ISettings>(key: K): ISettings[K] =>
+    (settings.get(key).composite as ISettings[K] | undefined) ??
+    DEFAULT_SETTINGS[key];
+  return {
+    confirmBeforeSuspend: get('confirmBeforeSuspend'),
+    pollInterval: get('pollInterval'),
+    showIdleTime: get('showIdleTime'),
+    verifyMode: get('verifyMode')
+  };
 }
 
-const PLUGIN_ID = 'jupyter-suspend:plugin';
-
-const plugin: JupyterFrontEndPlugin<void> = {
+const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
   id: PLUGIN_ID,
-  description: 'Suspend and resume the notebook environment; show its state.',
+  description:
+    'Suspend and resume the notebook environment safely; show its state and verify what came back.',
   autoStart: true,
-  optional: [IStatusBar, ITranslator],
+  provides: ISuspendModel,
+  optional: [
+    ISettingRegistry,
+    IStatusBar,
+    ICommandPalette,
+    INotebookTracker,
+    IDocumentManager,
+    IStateDB,
+    IRenderMimeRegistry,
+    ITranslator
+  ],
   activate: (
     app: JupyterFrontEnd,
+    settingRegistry: ISettingRegistry | null,
     statusBar: IStatusBar | null,
+    palette: ICommandPalette | null,
+    tracker: INotebookTracker | null,
+    docManager: IDocumentManager | null,
+    stateDB: IStateDB | null,
+    rendermime: IRenderMimeRegistry | null,
     translator: ITranslator | null
-  ) => {
-    if (!statusBar) {
-      return;
+  ): ISuspendModel => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    let settings: ISettings = { ...DEFAULT_SETTINGS };
+
+    const model = new SuspendModel({
+      fetchStatus: api.status,
+      fetchTimeline: api.timeline,
+      events: app.serviceManager.events?.stream ?? null,
+      interval: settings.pollInterval * 1000
+    });
+
+    const deps = {
+      app,
+      model,
+      trans,
+      settings: () => settings,
+      tracker,
+      docManager
+    };
+    registerCommands(deps, new SuspendFlows(deps), palette);
+
+    if (rendermime) {
+      rendermime.addFactory(verdictRendererFactory(trans), 40);
     }
-    const trans = (translator ?? nullTranslator).load('jupyter_suspend');
-    const item = new Widget();
-    item.addClass('jp-StatusBar-TextItem');
-    item.addClass('jp-suspend-status');
-    item.node.textContent = trans.__('Suspend: …');
-    const poll = new Poll({
-      factory: async () => {
-        const status = await requestAPI<IStatus>('status');
-        const label =
-          status.state === 'ready' && status.restore
-            ? trans.__('ready (%1)', status.restore)
-            : status.state;
-        item.node.textContent = trans.__('Suspend: %1', label);
-        item.node.dataset.state = status.state;
-        item.node.title = status.message;
-      },
-      frequency: { interval: 5000, backoff: true, max: 60000 },
-      name: `${PLUGIN_ID}:status`,
-      standby: 'when-hidden'
+
+    // React to what the server reports, whoever caused it (this tab, another
+    // tab, the %suspend magic, the platform).
+    const notifier = new ColdStartNotifier({
+      commands: app.commands,
+      trans,
+      state: stateDB
     });
-    statusBar.registerStatusItem(PLUGIN_ID, {
-      item,
-      align: 'left',
-      rank: 10
+    let previous: IStatus | null = null;
+    let commandKey = '';
+    model.changed.connect(() => {
+      const status = model.status;
+      const key = status
+        ? `${status.state}|${status.can_suspend}|${status.can_resume}|${status.operation?.in_progress}`
+        : 'none';
+      if (key !== commandKey) {
+        commandKey = key;
+        notifyCommands(app);
+      }
+      if (!status) {
+        return;
+      }
+      if (
+        previous &&
+        previous.state !== 'suspended' &&
+        status.state === 'suspended'
+      ) {
+        void noticeStoppedKernels(app.serviceManager).catch(() => undefined);
+      }
+      const restoredNow =
+        status.state === 'ready' &&
+        (previous === null ||
+          previous.state !== 'ready' ||
+          previous.last_restore?.operation_id !==
+            status.last_restore?.operation_id);
+      if (restoredNow && previous !== null && tracker) {
+        void reconnectNotebooks(tracker, app.serviceManager);
+      }
+      previous = status;
+      void notifier.check(status);
     });
-    app.restored.then(() => poll.start());
+
+    if (statusBar) {
+      const item = new SuspendStatusItem(model, {
+        trans,
+        settings: () => settings,
+        commands: app.commands
+      });
+      statusBar.registerStatusItem(`${PLUGIN_ID}:status`, {
+        item,
+        align: 'left',
+        rank: 10
+      });
+    }
+
+    const applySettings = (loaded: ISettingRegistry.ISettings): void => {
+      settings = readSettings(loaded);
+      model.setInterval(settings.pollInterval * 1000);
+      // showIdleTime changes the rendering: ask for a re-render.
+      model.stateChanged.emit();
+    };
+    void Promise.all([
+      settingRegistry?.load(PLUGIN_ID) ?? Promise.resolve(null),
+      app.restored
+    ])
+      .then(([loaded]) => {
+        if (loaded) {
+          applySettings(loaded);
+          loaded.changed.connect(applySettings);
+        }
+      })
+      .catch(reason => {
+        console.warn('jupyter-suspend: settings not loaded', reason);
+      })
+      .then(() => model.start());
+
+    return model;
   }
 };
 
 export default plugin;
+export * from './tokens';

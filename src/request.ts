@@ -27,7 +27,10 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
-    const message = (data as { message?: string } | null)?.message ?? text;
+    const message =
+      data && typeof data === 'object' && 'message' in data
+        ? String((data as { message: unknown }).message)
+        : text;
     throw new ServerConnection.ResponseError(response, message);
   }
   return data as T;

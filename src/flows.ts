@@ -1,0 +1,669 @@
+/**
+ * The flows behind the commands: suspend, resume, checkpoint, acknowledge,
+ * verify, timeline, restore checkpoints. Each talks to the server, shows
+ * progress in one notification and ends with a plain outcome.
+ */
+import type { JupyterFrontEnd } from '@jupyterlab/application';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import type { IDocumentManager } from '@jupyterlab/docmanager';
+import type { DocumentRegistry } from '@jupyterlab/docregistry';
+import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import type { Kernel } from '@jupyterlab/services';
+import type { TranslationBundle } from '@jupyterlab/translation';
+import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import * as React from 'react';
+
+import { api, errorMessage } from './api';
+import { notifyCommands } from './commands';
+import { confirmSuspend, showTimeline, showVerdict, TextBody } from './dialogs';
+import { preflightToView, progressMessage, releasedSummary } from './display';
+import {
+  CommandIDs,
+  IOperation,
+  IStatus,
+  ISettings,
+  ISuspendModel,
+  IVerdict
+} from './tokens';
+import {
+  IVerifyResult,
+  outputsText,
+  RESTORE_CODE,
+  runQuietly,
+  verifyInNotebook,
+  verifyScratch
+} from './verify';
+
+export interface IFlowDeps {
+  app: JupyterFrontEnd;
+  model: ISuspendModel;
+  trans: TranslationBundle;
+  settings: () => ISettings;
+  tracker: INotebookTracker | null;
+  docManager: IDocumentManager | null;
+}
+
+/** Where the suspend came from, recorded in the journal and the timeline. */
+const REASON = 'requested from JupyterLab';
+
+/** The outcome of saving every dirty document before a flush. */
+export interface ISaveResult {
+  saved: string[];
+  failed: { path: string; error: string }[];
+}
+
+/**
+ * Save every open document with unsaved changes. The server only checks and
+ * fsyncs what is on disk: what the browser still holds must get there first.
+ */
+export async function saveDirtyDocuments(
+  app: JupyterFrontEnd,
+  docManager: IDocumentManager | null,
+  tracker: INotebookTracker | null
+): Promise<ISaveResult> {
+  const contexts = new Map<string, DocumentRegistry.Context>();
+  const add = (context: DocumentRegistry.Context | undefined): void => {
+    if (
+      context &&
+      !context.isDisposed &&
+      context.model.dirty &&
+      !context.model.readOnly &&
+      !contexts.has(context.path)
+    ) {
+      contexts.set(context.path, context);
+    }
+  };
+  if (docManager) {
+    for (const widget of app.shell.widgets('main')) {
+      add(docManager.contextForWidget(widget));
+    }
+  }
+  tracker?.forEach(panel => add(panel.context));
+  const result: ISaveResult = { saved: [], failed: [] };
+  await Promise.all(
+    Array.from(contexts.values()).map(async context => {
+      try {
+        await context.save();
+        if (context.model.dirty) {
+          result.failed.push({
+            path: context.path,
+            error: 'still has unsaved changes'
+          });
+        } else {
+          result.saved.push(context.path);
+        }
+      } catch (reason) {
+        result.failed.push({ path: context.path, error: errorMessage(reason) });
+      }
+    })
+  );
+  return result;
+}
+
+/**
+ * Show an operation's progress in one notification until it ends; resolves
+ * with the final status.
+ */
+async function followOperation(
+  model: ISuspendModel,
+  operation: IOperation,
+  notificationId: string,
+  trans: TranslationBundle
+): Promise<IStatus> {
+  const operationId = operation.id;
+  const started = operation.started;
+  const update = (): void => {
+    const status = model.status;
+    if (status?.operation?.id === operationId && status.operation.in_progress) {
+      Notification.update({
+        id: notificationId,
+        message: progressMessage(status, trans),
+        type: 'in-progress',
+        autoClose: false
+      });
+    }
+  };
+  model.changed.connect(update);
+  try {
+    update();
+    // No deadline: a wait for capacity may last the backend's
+    // capacity_max_wait (an hour by default) and the server ends it anyway.
+    return await model.waitFor(s => operationEnded(s, operationId, started), 0);
+  } finally {
+    model.changed.disconnect(update);
+  }
+}
+
+/**
+ * Whether a status shows that operation `id` (started at `started`) ended.
+ * A status fetched before the operation began does not count; one showing a
+ * later operation does (only one runs at a time, so ours is over).
+ */
+export function operationEnded(
+  status: IStatus,
+  id: string,
+  started: string
+): boolean {
+  const op = status.operation;
+  if (!op) {
+    return false;
+  }
+  if (op.id === id) {
+    return !op.in_progress;
+  }
+  return op.started > started;
+}
+
+/**
+ * Notifications are cut at 140 characters: the whole text (paths, reasons,
+ * next steps) stays one click away.
+ */
+function detailsAction(
+  trans: TranslationBundle,
+  title: string,
+  text: string
+): Notification.IAction {
+  return {
+    label: trans.__('Details'),
+    callback: () =>
+      void showDialog({
+        title,
+        body: React.createElement(TextBody, { text }),
+        buttons: [Dialog.okButton({ label: trans.__('Close') })]
+      })
+  };
+}
+
+/** Let the user know the environment is not in a state to do this. */
+function refuse(message: string): void {
+  Notification.warning(message, { autoClose: 8000 });
+}
+
+export class SuspendFlows {
+  constructor(deps: IFlowDeps) {
+    this._deps = deps;
+  }
+
+  /** Save, show what a suspend keeps, confirm, suspend, follow it. */
+  async suspend(): Promise<IStatus | null> {
+    if (this._busy) {
+      return null;
+    }
+    const { app, model, trans } = this._deps;
+    this._busy = true;
+    notifyCommands(app);
+    try {
+      await model.refresh().catch(() => undefined);
+      const current = model.status;
+      if (current && !current.can_suspend) {
+        refuse(
+          trans.__(
+            'Cannot suspend now: the environment is %1.',
+            current.state
+          ) +
+            (current.operation?.in_progress
+              ? ' ' + trans.__('A %1 is in progress.', current.operation.kind)
+              : '')
+        );
+        return null;
+      }
+      const saved = await saveDirtyDocuments(
+        app,
+        this._deps.docManager,
+        this._deps.tracker
+      );
+      if (saved.failed.length > 0) {
+        await showDialog({
+          title: trans.__('Not suspended: some documents could not be saved'),
+          body: React.createElement(TextBody, {
+            text: saved.failed.map(f => `${f.path}: ${f.error}`).join('\n')
+          }),
+          buttons: [Dialog.okButton({ label: trans.__('OK') })]
+        });
+        return null;
+      }
+      let force = false;
+      if (this._deps.settings().confirmBeforeSuspend) {
+        const preflight = await api.preflight();
+        const answer = await confirmSuspend(
+          preflightToView(preflight, trans),
+          trans
+        );
+        if (!answer.confirmed) {
+          return null;
+        }
+        force = answer.force;
+      }
+      const notificationId = Notification.emit(
+        trans.__('Suspending: saving notebooks and checkpoints…'),
+        'in-progress',
+        { autoClose: false }
+      );
+      let started;
+      try {
+        started = await api.suspend(REASON, force);
+      } catch (reason) {
+        Notification.update({
+          id: notificationId,
+          message: trans.__('Suspend refused: %1', errorMessage(reason)),
+          type: 'error',
+          autoClose: 10000
+        });
+        return null;
+      }
+      const final = await followOperation(
+        model,
+        started.operation,
+        notificationId,
+        trans
+      );
+      this._reportSuspend(final, started.operation.id, notificationId);
+      return final;
+    } catch (reason) {
+      Notification.error(trans.__('Suspend failed: %1', errorMessage(reason)), {
+        autoClose: 10000
+      });
+      return null;
+    } finally {
+      this._busy = false;
+      notifyCommands(app);
+    }
+  }
+
+  private _reportSuspend(
+    final: IStatus,
+    operationId: string,
+    notificationId: string
+  ): void {
+    const { trans } = this._deps;
+    const op = final.operation?.id === operationId ? final.operation : null;
+    if (op?.outcome === 'aborted') {
+      // The server says "suspend aborted, nothing was released: <reason>".
+      const reason = op.message.replace(
+        /^suspend aborted, nothing was released:\s*/i,
+        ''
+      );
+      const message = trans.__(
+        'Suspend aborted, nothing was released: %1',
+        reason
+      );
+      Notification.update({
+        id: notificationId,
+        message,
+        type: 'warning',
+        autoClose: false,
+        actions: [detailsAction(trans, trans.__('Suspend aborted'), message)]
+      });
+    } else if (final.state === 'failed') {
+      Notification.update({
+        id: notificationId,
+        message: trans.__(
+          'Suspend failed: %1 Next step: %2',
+          final.failure?.reason ?? op?.message ?? '',
+          final.failure?.next_step ?? ''
+        ),
+        type: 'error',
+        autoClose: false,
+        actions: [
+          detailsAction(
+            trans,
+            trans.__('Suspend failed'),
+            `${final.failure?.reason ?? op?.message ?? ''}\n\n${final.failure?.next_step ?? ''}`
+          ),
+          {
+            label: trans.__('Acknowledge'),
+            callback: () =>
+              void this._deps.app.commands.execute(CommandIDs.acknowledge)
+          }
+        ]
+      });
+    } else if (final.state === 'suspended') {
+      const released = releasedSummary(op, trans);
+      this._suspendNotice = notificationId;
+      Notification.update({
+        id: notificationId,
+        message: released
+          ? trans.__('Suspended: %1.', released)
+          : trans.__('Suspended.'),
+        type: 'success',
+        autoClose: 8000,
+        actions: final.can_resume
+          ? [
+              {
+                label: trans.__('Resume'),
+                callback: () =>
+                  void this._deps.app.commands.execute(CommandIDs.resume)
+              }
+            ]
+          : []
+      });
+    } else {
+      Notification.update({
+        id: notificationId,
+        message: trans.__('Suspend ended: %1', final.message || final.state),
+        type: 'info',
+        autoClose: 8000
+      });
+    }
+  }
+
+  async resume(): Promise<IStatus | null> {
+    if (this._busy) {
+      return null;
+    }
+    const { app, model, trans } = this._deps;
+    this._busy = true;
+    notifyCommands(app);
+    // "Suspended … [Resume]" is stale from here on.
+    if (this._suspendNotice) {
+      Notification.dismiss(this._suspendNotice);
+      this._suspendNotice = null;
+    }
+    const notificationId = Notification.emit(
+      trans.__('Resuming: restarting the recorded sessions…'),
+      'in-progress',
+      { autoClose: false }
+    );
+    try {
+      let started;
+      try {
+        started = await api.resume(REASON);
+      } catch (reason) {
+        Notification.update({
+          id: notificationId,
+          message: trans.__('Resume refused: %1', errorMessage(reason)),
+          type: 'error',
+          autoClose: 10000
+        });
+        return null;
+      }
+      const final = await followOperation(
+        model,
+        started.operation,
+        notificationId,
+        trans
+      );
+      if (final.state === 'ready' && final.restore === 'cold') {
+        // The cold-restore announcement (notify.ts) says it all, with the
+        // action to restore the checkpoints: no second toast.
+        Notification.dismiss(notificationId);
+      } else if (final.state === 'ready') {
+        Notification.update({
+          id: notificationId,
+          message: trans.__('Ready: %1 restore', final.restore ?? ''),
+          type: 'success',
+          autoClose: 6000
+        });
+      } else {
+        const message = trans.__(
+          'Resume failed: %1 Next step: %2',
+          final.failure?.reason ?? final.message,
+          final.failure?.next_step ?? ''
+        );
+        Notification.update({
+          id: notificationId,
+          message,
+          type: 'error',
+          autoClose: false,
+          actions: [detailsAction(trans, trans.__('Resume failed'), message)]
+        });
+      }
+      return final;
+    } catch (reason) {
+      Notification.update({
+        id: notificationId,
+        message: trans.__('Resume failed: %1', errorMessage(reason)),
+        type: 'error',
+        autoClose: 10000
+      });
+      return null;
+    } finally {
+      this._busy = false;
+      notifyCommands(app);
+    }
+  }
+
+  async checkpoint(): Promise<IStatus | null> {
+    if (this._busy) {
+      return null;
+    }
+    const { app, model, trans } = this._deps;
+    this._busy = true;
+    notifyCommands(app);
+    try {
+      const saved = await saveDirtyDocuments(
+        app,
+        this._deps.docManager,
+        this._deps.tracker
+      );
+      if (saved.failed.length > 0) {
+        Notification.error(
+          trans.__(
+            'Checkpoint not written: could not save %1',
+            saved.failed.map(f => `${f.path} (${f.error})`).join(', ')
+          ),
+          { autoClose: false }
+        );
+        return null;
+      }
+      const notificationId = Notification.emit(
+        trans.__('Checkpoint: saving notebooks and checkpoints…'),
+        'in-progress',
+        { autoClose: false }
+      );
+      let started;
+      try {
+        started = await api.checkpoint(REASON);
+      } catch (reason) {
+        Notification.update({
+          id: notificationId,
+          message: trans.__('Checkpoint refused: %1', errorMessage(reason)),
+          type: 'error',
+          autoClose: 10000
+        });
+        return null;
+      }
+      const final = await followOperation(
+        model,
+        started.operation,
+        notificationId,
+        trans
+      );
+      const op =
+        final.operation?.id === started.operation.id ? final.operation : null;
+      const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
+      Notification.update({
+        id: notificationId,
+        message:
+          op?.outcome === 'succeeded'
+            ? trans.__('Checkpoint written (%1).', kernelsStep?.message ?? '')
+            : trans.__('Checkpoint failed: %1', op?.message ?? final.message),
+        type: op?.outcome === 'succeeded' ? 'success' : 'error',
+        autoClose: op?.outcome === 'succeeded' ? 6000 : false
+      });
+      return final;
+    } finally {
+      this._busy = false;
+      notifyCommands(app);
+    }
+  }
+
+  async acknowledge(): Promise<IStatus | null> {
+    const { model, trans } = this._deps;
+    const failure = model.status?.failure;
+    const answer = await showDialog({
+      title: trans.__('Acknowledge the failure?'),
+      body: React.createElement(TextBody, {
+        text: trans.__(
+          '%1\n\nThe environment goes back to running without resuming the recorded sessions. Notebooks and application checkpoints stay on disk: start a kernel and recover from them.',
+          failure ? `${failure.reason}\n${failure.next_step}` : ''
+        )
+      }),
+      buttons: [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        Dialog.warnButton({ label: trans.__('Acknowledge') })
+      ]
+    });
+    if (!answer.button.accept) {
+      return null;
+    }
+    try {
+      const status = await api.acknowledge();
+      await model.refresh().catch(() => undefined);
+      return status;
+    } catch (reason) {
+      Notification.error(
+        trans.__('Acknowledge refused: %1', errorMessage(reason)),
+        {
+          autoClose: 10000
+        }
+      );
+      return null;
+    }
+  }
+
+  /** Run the verify helper in the current (or given) notebook. */
+  async verify(args: ReadonlyPartialJSONObject = {}): Promise<IVerdict | null> {
+    const { trans, tracker } = this._deps;
+    const panel = tracker?.currentWidget ?? null;
+    if (!panel) {
+      refuse(trans.__('Open a notebook to verify its live state.'));
+      return null;
+    }
+    await panel.sessionContext.ready;
+    const kernel = panel.sessionContext.session?.kernel;
+    if (!kernel || kernel.isDisposed) {
+      // Running the helper would only make JupyterLab ask for a kernel.
+      refuse(
+        trans.__(
+          '%1 has no running kernel: resume the environment or start a kernel first.',
+          panel.context.path
+        )
+      );
+      return null;
+    }
+    const mode =
+      args['mode'] === 'scratch' || args['mode'] === 'insert-cell'
+        ? args['mode']
+        : this._deps.settings().verifyMode;
+    let result: IVerifyResult;
+    try {
+      result =
+        mode === 'scratch'
+          ? await verifyScratch(panel)
+          : await verifyInNotebook(panel);
+    } catch (reason) {
+      Notification.error(trans.__('Verify failed: %1', errorMessage(reason)), {
+        autoClose: 10000
+      });
+      return null;
+    }
+    this._reportVerdict(result, panel);
+    return result.verdict;
+  }
+
+  private _reportVerdict(result: IVerifyResult, panel: NotebookPanel): void {
+    const { trans } = this._deps;
+    if (result.mode === 'scratch') {
+      void showVerdict(result, trans);
+      return;
+    }
+    const verdict = result.verdict;
+    if (!verdict) {
+      Notification.error(
+        trans.__(
+          'No verdict from %1: %2',
+          panel.context.path,
+          result.error ?? trans.__('the kernel published none')
+        ),
+        { autoClose: 10000 }
+      );
+      return;
+    }
+    const type =
+      verdict.verdict === 'LIVE'
+        ? 'success'
+        : verdict.verdict === 'COLD'
+          ? 'warning'
+          : 'error';
+    Notification.emit(`${verdict.verdict}: ${verdict.message}`, type, {
+      autoClose: 10000
+    });
+  }
+
+  async timeline(): Promise<void> {
+    const { trans } = this._deps;
+    try {
+      await showTimeline(await api.timeline(), trans);
+    } catch (reason) {
+      Notification.error(
+        trans.__('Timeline unavailable: %1', errorMessage(reason)),
+        {
+          autoClose: 10000
+        }
+      );
+    }
+  }
+
+  /**
+   * After a cold start: run `%checkpoint restore` in each restarted kernel,
+   * through the open notebook's connection when there is one.
+   */
+  async restoreCheckpoints(): Promise<void> {
+    const { app, model, trans, tracker } = this._deps;
+    const kernels = model.status?.last_restore?.kernels ?? [];
+    const services = app.serviceManager;
+    await services.kernels.refreshRunning();
+    const messages: string[] = [];
+    let failed = false;
+    for (const restored of kernels) {
+      const label = restored.path ?? restored.kernel_id;
+      const panel = tracker?.find(p => {
+        const kernel = p.sessionContext.session?.kernel;
+        return (
+          !!kernel && !kernel.isDisposed && kernel.id === restored.kernel_id
+        );
+      });
+      const panelKernel: Kernel.IKernelConnection | null =
+        panel?.sessionContext.session?.kernel ?? null;
+      const running = await services.kernels.findById(restored.kernel_id);
+      if (!panelKernel && !running) {
+        messages.push(trans.__('%1: kernel is not running', label));
+        failed = true;
+        continue;
+      }
+      const kernel =
+        panelKernel ?? services.kernels.connectTo({ model: running! });
+      try {
+        const outputs = await runQuietly(kernel, RESTORE_CODE);
+        const text = outputsText(outputs);
+        if (outputs.some(o => o.output_type === 'error')) {
+          failed = true;
+        }
+        messages.push(`${label}: ${text || trans.__('done')}`);
+      } catch (reason) {
+        failed = true;
+        messages.push(`${label}: ${errorMessage(reason)}`);
+      } finally {
+        if (kernel !== panelKernel) {
+          kernel.dispose();
+        }
+      }
+    }
+    if (messages.length === 0) {
+      messages.push(trans.__('No restarted kernel to restore.'));
+    }
+    Notification.emit(messages.join('\n'), failed ? 'error' : 'success', {
+      autoClose: failed ? false : 10000
+    });
+  }
+
+  /** Whether a flow started here is still running. */
+  get busy(): boolean {
+    return this._busy;
+  }
+
+  private _deps: IFlowDeps;
+  private _busy = false;
+  private _suspendNotice: string | null = null;
+}

@@ -1,0 +1,144 @@
+/**
+ * Reconnect open notebooks to kernels that a resume restarted.
+ *
+ * The local backend stops kernels on suspend and starts them again under the
+ * SAME kernel and session ids. Meanwhile JupyterLab's session manager polls
+ * `/api/sessions`, sees the session gone and disposes the notebook's session
+ * connection (the kernel connection is disposed with it, or marked dead by
+ * the kernel manager). Nothing in JupyterLab connects it again, so the
+ * notebook would show "No Kernel" until the user picks one, which would even
+ * start a *second* kernel. Here, once the state is ready, each open notebook
+ * whose path has a server session again is pointed back at it.
+ */
+import type { ISessionContext } from '@jupyterlab/apputils';
+import type { INotebookTracker } from '@jupyterlab/notebook';
+import type { Session, ServiceManager } from '@jupyterlab/services';
+
+export type ReconnectOutcome =
+  | 'connected' // was already fine
+  | 'reconnected' // adopted the restored session
+  | 'no-session' // no server session for this path
+  | 'other-session'; // the user moved on to another session: left alone
+
+/** Whether a session context is connected to the kernel of `model`. */
+function isHealthy(ctx: ISessionContext, model: Session.IModel): boolean {
+  const session = ctx.session;
+  const kernel = session?.kernel;
+  return (
+    !!session &&
+    !session.isDisposed &&
+    session.id === model.id &&
+    !!kernel &&
+    !kernel.isDisposed &&
+    kernel.id === model.kernel?.id &&
+    kernel.status !== 'dead' &&
+    kernel.connectionStatus === 'connected'
+  );
+}
+
+/** Wait until the context's kernel connection is open (or time out). */
+async function waitConnected(
+  ctx: ISessionContext,
+  timeoutMs: number
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const kernel = ctx.session?.kernel;
+    if (kernel && kernel.connectionStatus === 'connected') {
+      return;
+    }
+    await new Promise<void>(resolve => {
+      const done = (): void => {
+        clearTimeout(timer);
+        ctx.connectionStatusChanged.disconnect(done);
+        ctx.kernelChanged.disconnect(done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
+      ctx.connectionStatusChanged.connect(done);
+      ctx.kernelChanged.connect(done);
+    });
+  }
+  throw new Error('the kernel connection did not open in time');
+}
+
+/** Point one notebook's session context back at its restored session. */
+export async function reconnectContext(
+  ctx: ISessionContext,
+  sessions: Session.IManager,
+  timeoutMs = 60000
+): Promise<ReconnectOutcome> {
+  if (ctx.isDisposed) {
+    return 'no-session';
+  }
+  const model = Array.from(sessions.running()).find(m => m.path === ctx.path);
+  if (!model || !model.kernel) {
+    return 'no-session';
+  }
+  if (isHealthy(ctx, model)) {
+    return 'connected';
+  }
+  const current = ctx.session;
+  if (current && !current.isDisposed && current.id !== model.id) {
+    return 'other-session';
+  }
+  // Drop the stale client-side connection; the server session stays.
+  current?.dispose();
+  const session = sessions.connectTo({ model });
+  // SessionContext has no public "adopt this existing session" call: its
+  // initialize() does exactly this with the private _handleNewSession. The
+  // public fallback (changeKernel with the kernel id) works too but makes the
+  // server record a second session row for the same notebook.
+  const adopt = (
+    ctx as unknown as {
+      _handleNewSession?: (s: Session.ISessionConnection) => unknown;
+    }
+  )._handleNewSession;
+  if (typeof adopt === 'function') {
+    adopt.call(ctx, session);
+  } else {
+    session.dispose();
+    await ctx.changeKernel({ id: model.kernel.id });
+  }
+  await waitConnected(ctx, timeoutMs);
+  return 'reconnected';
+}
+
+/**
+ * After a resume: refresh what the browser knows of sessions and kernels and
+ * reconnect every open notebook. Returns the outcome per notebook path.
+ */
+export async function reconnectNotebooks(
+  tracker: INotebookTracker,
+  services: ServiceManager.IManager
+): Promise<Map<string, ReconnectOutcome>> {
+  await services.kernels.refreshRunning();
+  await services.sessions.refreshRunning();
+  const outcomes = new Map<string, ReconnectOutcome>();
+  const panels: ISessionContext[] = [];
+  tracker.forEach(panel => panels.push(panel.sessionContext));
+  await Promise.all(
+    panels.map(async ctx => {
+      try {
+        outcomes.set(ctx.path, await reconnectContext(ctx, services.sessions));
+      } catch (reason) {
+        console.warn(
+          `jupyter-suspend: could not reconnect ${ctx.path}`,
+          reason
+        );
+      }
+    })
+  );
+  return outcomes;
+}
+
+/**
+ * After a suspend: make the browser notice at once that the kernels are gone
+ * (instead of at its next 10 s poll), so notebooks show it consistently.
+ */
+export async function noticeStoppedKernels(
+  services: ServiceManager.IManager
+): Promise<void> {
+  await services.kernels.refreshRunning();
+  await services.sessions.refreshRunning();
+}

@@ -1,0 +1,239 @@
+/**
+ * The status bar item and the panel its click opens.
+ *
+ * Both are `VDomRenderer`s of the shared model: they re-render when the model
+ * changes (each poll tick or server event), nothing else drives them.
+ */
+import { GroupItem, showPopup, TextItem } from '@jupyterlab/statusbar';
+import type { TranslationBundle } from '@jupyterlab/translation';
+import { VDomRenderer } from '@jupyterlab/ui-components';
+import type { CommandRegistry } from '@lumino/commands';
+import * as React from 'react';
+
+import {
+  cycleSummary,
+  describeCycle,
+  describeStatus,
+  formatClock,
+  IStatusDisplay,
+  stepLabel
+} from './display';
+import { suspendIcon } from './icons';
+import { SuspendModel } from './model';
+import { CommandIDs, ISettings } from './tokens';
+
+export interface IStatusViewOptions {
+  trans: TranslationBundle;
+  settings: () => ISettings;
+  commands: CommandRegistry;
+}
+
+function display(
+  model: SuspendModel,
+  options: IStatusViewOptions
+): IStatusDisplay {
+  return describeStatus(
+    model.status,
+    {
+      now: Date.now(),
+      fetchedAt: model.fetchedAt,
+      showIdleTime: options.settings().showIdleTime
+    },
+    options.trans,
+    model.error
+  );
+}
+
+/** The tooltip: state, details and the last cycle's timeline. */
+export function tooltipText(
+  model: SuspendModel,
+  shown: IStatusDisplay,
+  trans: TranslationBundle
+): string {
+  const lines = [shown.headline, ...shown.details];
+  const cycles = model.timeline?.cycles ?? [];
+  if (cycles.length > 0) {
+    lines.push('', ...describeCycle(cycles[cycles.length - 1], trans));
+  }
+  lines.push('', trans.__('Click for details and actions.'));
+  return lines.join('\n');
+}
+
+export class SuspendStatusItem extends VDomRenderer<SuspendModel> {
+  constructor(model: SuspendModel, options: IStatusViewOptions) {
+    super(model);
+    this._options = options;
+    this.addClass('jp-suspend-status');
+    this.addClass('jp-mod-highlighted');
+    this.node.setAttribute('role', 'button');
+    this.node.setAttribute('tabindex', '0');
+    this.node.addEventListener('click', this);
+    this.node.addEventListener('keydown', this);
+  }
+
+  handleEvent(event: Event): void {
+    if (
+      event.type === 'click' ||
+      (event.type === 'keydown' &&
+        ((event as KeyboardEvent).key === 'Enter' ||
+          (event as KeyboardEvent).key === ' '))
+    ) {
+      this.openPanel();
+    }
+  }
+
+  /** Open the details panel anchored to the item. */
+  openPanel(): void {
+    const body = new SuspendPanel(this.model, this._options);
+    showPopup({ body, anchor: this, align: 'left', hasDynamicSize: true });
+  }
+
+  render(): JSX.Element {
+    const shown = display(this.model, this._options);
+    // Attributes on the item itself: CSS tone and stable hooks for tests.
+    this.node.dataset.state = shown.state;
+    this.node.dataset.tone = shown.tone;
+    const title = tooltipText(this.model, shown, this._options.trans);
+    this.node.title = title;
+    return (
+      <GroupItem spacing={4}>
+        <suspendIcon.react tag="span" stylesheet="statusBar" />
+        <TextItem source={shown.label} className="jp-suspend-status-label" />
+      </GroupItem>
+    );
+  }
+
+  dispose(): void {
+    this.node.removeEventListener('click', this);
+    this.node.removeEventListener('keydown', this);
+    super.dispose();
+  }
+
+  private _options: IStatusViewOptions;
+}
+
+/** The popup: the state in full, the current operation, the actions. */
+export class SuspendPanel extends VDomRenderer<SuspendModel> {
+  constructor(model: SuspendModel, options: IStatusViewOptions) {
+    super(model);
+    this._options = options;
+    this.addClass('jp-suspend-panel');
+    // The commands' enabled state follows the model; re-render on changes.
+    options.commands.commandChanged.connect(this._onCommandChanged, this);
+  }
+
+  dispose(): void {
+    this._options.commands.commandChanged.disconnect(
+      this._onCommandChanged,
+      this
+    );
+    super.dispose();
+  }
+
+  private _onCommandChanged(): void {
+    this.update();
+  }
+
+  render(): JSX.Element {
+    const { trans, commands } = this._options;
+    const shown = display(this.model, this._options);
+    const status = this.model.status;
+    const op = status?.operation ?? null;
+    const cycles = this.model.timeline?.cycles ?? [];
+    const last = cycles.length > 0 ? cycles[cycles.length - 1] : null;
+    const action = (id: string, label: string): JSX.Element | null =>
+      commands.hasCommand(id) ? (
+        <button
+          key={id}
+          className="jp-mod-styled jp-suspend-action"
+          data-command={id}
+          disabled={!commands.isEnabled(id)}
+          onClick={() => void commands.execute(id)}
+        >
+          {label}
+        </button>
+      ) : null;
+    return (
+      <div
+        className="jp-suspend-panel-body"
+        data-state={shown.state}
+        data-tone={shown.tone}
+      >
+        <h3 className="jp-suspend-panel-headline">{shown.headline}</h3>
+        {/* Actions first: the popup may be cut by a small window. */}
+        <div className="jp-suspend-panel-actions">
+          {action(CommandIDs.suspend, trans.__('Suspend…'))}
+          {status?.can_resume && action(CommandIDs.resume, trans.__('Resume'))}
+          {action(CommandIDs.checkpoint, trans.__('Checkpoint now'))}
+          {status?.state === 'failed' &&
+            action(CommandIDs.acknowledge, trans.__('Acknowledge'))}
+          {action(CommandIDs.verify, trans.__('Verify live state'))}
+          {action(CommandIDs.timeline, trans.__('Timeline'))}
+        </div>
+        {shown.details.map((line, i) => (
+          <p key={i} className="jp-suspend-panel-detail">
+            {line}
+          </p>
+        ))}
+        {status && (
+          <dl className="jp-suspend-panel-facts">
+            <dt>{trans.__('State')}</dt>
+            <dd>
+              {status.state}
+              {status.restore ? ` (${status.restore})` : ''}
+              {' · '}
+              {trans.__('since %1', formatClock(status.since))}
+            </dd>
+            <dt>{trans.__('Backend')}</dt>
+            <dd>
+              {status.backend.name}
+              {' · '}
+              {status.backend.capabilities.keeps_live_memory
+                ? trans.__('keeps live memory')
+                : trans.__('keeps files and checkpoints, not live memory')}
+            </dd>
+            {status.last_restore && (
+              <>
+                <dt>{trans.__('Last restore')}</dt>
+                <dd>
+                  {status.last_restore.restore ?? '—'}
+                  {' · '}
+                  {trans._n(
+                    '%1 checkpoint restored',
+                    '%1 checkpoints restored',
+                    status.last_restore.checkpoints_restored_count
+                  )}
+                </dd>
+              </>
+            )}
+            {op && !op.in_progress && (
+              <>
+                <dt>{trans.__('Last operation')}</dt>
+                <dd>
+                  {trans.__('%1 %2', op.kind, op.outcome ?? '')}
+                  {op.finished ? ` · ${formatClock(op.finished)}` : ''}
+                </dd>
+              </>
+            )}
+          </dl>
+        )}
+        {op && op.in_progress && (
+          <ol className="jp-suspend-steps">
+            {op.steps.map((step, i) => (
+              <li key={i} data-status={step.status}>
+                {stepLabel(step.name, trans)}: {step.status}
+              </li>
+            ))}
+          </ol>
+        )}
+        {last && (
+          <div className="jp-suspend-panel-cycle">
+            {cycleSummary(last, trans)}
+          </div>
+        )}
+      </div>
+    );
+  }
+
+  private _options: IStatusViewOptions;
+}

@@ -1,0 +1,46 @@
+"""Server configuration of the UI tests: Galata's, plus jupyter-suspend.
+
+The extension runs with its real default backend (local) and a fresh state
+directory, so each run starts from "running" with an empty journal.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from tempfile import mkdtemp
+
+from jupyterlab.galata import configure_jupyter_server
+
+c = get_config()  # noqa: F821 - provided by the config loader
+
+configure_jupyter_server(c)
+
+c.ServerApp.port = int(os.environ.get("JUPYTER_SUSPEND_UI_PORT", "8877"))
+c.ServerApp.ip = "127.0.0.1"
+# CI and these machines run as root.
+c.ServerApp.allow_root = True
+
+state_dir = mkdtemp(prefix="jupyter-suspend-ui-state-")
+c.SuspendApp.state_dir = state_dir
+c.SuspendApp.flush_kernel_timeout = 20.0
+
+# A kernelspec of our own that the "failed" test removes while suspended, the
+# way a platform upgrade can remove an environment a suspended session used.
+# JUPYTER_PATH is read when the kernelspec manager starts, after this file.
+extra_path = Path(os.environ.get("JUPYTER_SUSPEND_UI_KERNELS", mkdtemp(prefix="jupyter-suspend-ui-kernels-")))
+spec_dir = extra_path / "kernels" / "suspend-test-python"
+shutil.rmtree(spec_dir, ignore_errors=True)
+spec_dir.mkdir(parents=True)
+(spec_dir / "kernel.json").write_text(
+    json.dumps(
+        {
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (removable)",
+            "language": "python",
+        }
+    )
+)
+os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in [str(extra_path), os.environ.get("JUPYTER_PATH", "")] if p)
+print(f"jupyter-suspend UI tests: state {state_dir}, kernelspec {spec_dir}", flush=True)
