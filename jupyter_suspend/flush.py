@@ -47,6 +47,9 @@ class KernelFlush:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     canary: dict[str, Any] | None = None
     checkpoint_dir: str | None = None
+    #: The process as the server saw it: identifies it even without a canary.
+    pid: int | None = None
+    process_start: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,7 +98,12 @@ async def flush_notebooks(workspace: Workspace, kernels: list[KernelRecord]) -> 
 
 def classify_kernel_reply(record: KernelRecord, reply: KernelReply, checkpoint_dir: Path) -> KernelFlush:
     result = KernelFlush(
-        kernel_id=record.kernel_id, path=record.path, status="failed", checkpoint_dir=str(checkpoint_dir)
+        kernel_id=record.kernel_id,
+        path=record.path,
+        status="failed",
+        checkpoint_dir=str(checkpoint_dir),
+        pid=record.pid,
+        process_start=record.process_start,
     )
     if reply.outcome == "ok":
         result.status = "checkpointed"

@@ -560,11 +560,27 @@ class Lifecycle:
 
     # -- live-state verification ------------------------------------------------
     def _remember(self, kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]) -> None:
+        """Keep what identifies each kernel's process at this suspend or checkpoint:
+        its canary when the helper answered, else the pid and start time the
+        server saw (enough to prove a restart, never enough to claim LIVE)."""
         for kernel in kernels:
-            if kernel.get("status") == "checkpointed" and kernel.get("canary") and kernel.get("kernel_id"):
-                self._records[kernel["kernel_id"]] = verify_mod.record_from_flush(
+            kernel_id = kernel.get("kernel_id")
+            if not kernel_id:
+                continue
+            if kernel.get("status") == "checkpointed" and kernel.get("canary"):
+                self._records[kernel_id] = verify_mod.record_from_flush(
                     kernel, source, entry.get("operation_id"), entry.get("time")
                 )
+                continue
+            if kernel.get("pid") is None:
+                continue
+            known = self._records.get(kernel_id, {}).get("canary", {})
+            if known.get("hash") and known.get("pid") == kernel["pid"]:
+                continue  # the same process's canary from an earlier checkpoint says more
+            identity = {"pid": kernel["pid"], "process_start": kernel.get("process_start")}
+            self._records[kernel_id] = verify_mod.record_from_flush(
+                {**kernel, "canary": identity}, source, entry.get("operation_id"), entry.get("time")
+            )
 
     async def _observe(self, kernel_id: str, names: list[str], timeout: float) -> dict[str, Any]:
         """Ask a kernel for its observation (or look at it from outside when it
@@ -584,7 +600,7 @@ class Lifecycle:
             observed: dict[str, Any] = reply.content["observed"]
             return observed
         if reply.outcome == "absent":
-            return verify_mod.external_observation(self.workspace.kernel_pid(kernel_id), names)
+            return verify_mod.external_observation(record.pid, record.process_start, names)
         raise verify_mod.VerifyError(409, f"kernel {kernel_id} could not be observed: {reply.message}", kernel_id)
 
     async def verify(

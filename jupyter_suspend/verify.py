@@ -54,20 +54,12 @@ def record_from_flush(
     }
 
 
-def external_observation(pid: int | None, names: list[str] | None) -> dict[str, Any]:
+def external_observation(pid: int | None, process_start: float | None, names: list[str] | None) -> dict[str, Any]:
     """What the server can see of a kernel without the helper: pid and start time."""
-    start = None
-    if pid is not None:
-        try:
-            import psutil
-
-            start = round(psutil.Process(pid).create_time(), 2)
-        except Exception:  # noqa: BLE001 - a vanished process simply has no start time
-            start = None
     return {
         "canary_hash": None,
         "pid": pid,
-        "process_start": start,
+        "process_start": process_start,
         "helper": False,
         "names": {n: {"error": "the jupyter_suspend helper is not loaded in this kernel"} for n in names or []},
     }

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psutil
 from jupyter_core.utils import ensure_async
 
 from .kernel.protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
@@ -35,6 +36,8 @@ class KernelRecord:
     execution_state: str = "unknown"
     last_activity: float | None = None
     pid: int | None = None
+    #: Process creation time (psutil, rounded like the kernel side's reading).
+    process_start: float | None = None
     session_id: str | None = None
     path: str | None = None
     name: str | None = None
@@ -77,6 +80,15 @@ def own_client(km: Any) -> Any:
     session = km.session.clone()
     session.session = uuid.uuid4().hex
     return km.client(session=session)
+
+
+def process_start(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        return round(psutil.Process(pid).create_time(), 2)
+    except psutil.Error:
+        return None
 
 
 def _epoch(value: Any) -> float | None:
@@ -142,7 +154,8 @@ class Workspace:
                     kernel_name=km.kernel_name,
                     execution_state=getattr(km, "execution_state", "unknown"),
                     last_activity=_epoch(getattr(km, "last_activity", None)),
-                    pid=self.kernel_pid(kernel_id),
+                    pid=(pid := self.kernel_pid(kernel_id)),
+                    process_start=process_start(pid),
                     session_id=session.get("id"),
                     path=session.get("path"),
                     name=session.get("name"),

@@ -28,6 +28,7 @@ import {
 import {
   IVerifyResult,
   outputsText,
+  ensureHelper,
   RESTORE_CODE,
   runQuietly,
   verifyInNotebook,
@@ -635,6 +636,7 @@ export class SuspendFlows {
       const kernel =
         panelKernel ?? services.kernels.connectTo({ model: running! });
       try {
+        await ensureHelper(kernel);
         const outputs = await runQuietly(kernel, RESTORE_CODE);
         const text = outputsText(outputs);
         if (outputs.some(o => o.output_type === 'error')) {

@@ -16,11 +16,18 @@ import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { IVerdict, VERDICT_MIME, VerdictKind } from './tokens';
 
-/** What the helper runs. Loading is a no-op when already loaded. */
-export const VERIFY_CODE = '%load_ext jupyter_suspend\n%verify_live_state';
+/**
+ * Loads the kernel side first, silently: a kernel restarted by a resume may
+ * not have it yet, and `%load_ext` would print a notice when it already has.
+ */
+export const LOAD_HELPER_CODE =
+  "get_ipython().extension_manager.load_extension('jupyter_suspend')";
 
-/** What the "restore checkpoints" action runs after a cold start. */
-export const RESTORE_CODE = '%load_ext jupyter_suspend\n%checkpoint restore';
+/** What the helper runs (after {@link ensureHelper}). */
+export const VERIFY_CODE = '%verify_live_state';
+
+/** What the "restore checkpoints" action runs (after {@link ensureHelper}). */
+export const RESTORE_CODE = '%checkpoint restore';
 
 const VERDICTS: ReadonlyArray<VerdictKind> = ['LIVE', 'COLD', 'MISMATCH'];
 
@@ -127,6 +134,33 @@ export function parseVerifyOutputs(
 }
 
 /**
+ * Load the kernel side in a kernel, silently (no output, no history).
+ *
+ * Throws with the kernel's error when it cannot be loaded (e.g. the package is
+ * not installed in the kernel's environment).
+ */
+export async function ensureHelper(
+  kernel: Kernel.IKernelConnection
+): Promise<void> {
+  const future = kernel.requestExecute(
+    {
+      code: LOAD_HELPER_CODE,
+      silent: true,
+      store_history: false,
+      allow_stdin: false,
+      stop_on_error: false
+    },
+    true
+  );
+  const reply = (await future.done) as KernelMessage.IExecuteReplyMsg;
+  if (reply.content.status === 'error') {
+    throw new Error(
+      `jupyter_suspend could not be loaded in the kernel: ${reply.content.ename}: ${reply.content.evalue}`
+    );
+  }
+}
+
+/**
  * Insert a cell running the helper below the active cell and run it; the
  * verdict stays in the notebook as a record of the check.
  */
@@ -134,6 +168,11 @@ export async function verifyInNotebook(
   panel: NotebookPanel
 ): Promise<IVerifyResult> {
   await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    throw new Error('the notebook has no kernel');
+  }
+  await ensureHelper(kernel);
   const notebook = panel.content;
   NotebookActions.insertBelow(notebook);
   if (notebook.activeCell?.model.type !== 'code') {
@@ -220,6 +259,7 @@ export async function verifyScratch(
   if (!kernel) {
     throw new Error('the notebook has no kernel');
   }
+  await ensureHelper(kernel);
   const outputs = await runQuietly(kernel, VERIFY_CODE);
   return { ...parseVerifyOutputs(outputs), mode: 'scratch' };
 }

@@ -184,6 +184,31 @@ async def test_cold_resume_restores_names_and_verify_says_cold(
     assert reply["stdout"].strip() == "['vocab', 'weights']"
 
 
+async def test_kernel_without_helper_at_suspend_still_reads_cold(
+    suspend_api: SuspendClient, kernel_server_env: Path
+) -> None:
+    """The server restarted that kernel itself: pid and start time prove a new
+    process even though no canary was recorded (the helper was not loaded)."""
+    session = await suspend_api.open_notebook("plain.ipynb")
+    kernel_id = session["kernel"]["id"]
+    old_pid = suspend_api.kernel_pid(kernel_id)
+    assert (await suspend_api.suspend())["state"] == "suspended"
+    assert (await suspend_api.resume())["state"] == "ready"
+
+    # From outside (the helper is still not loaded in the new kernel).
+    result = await suspend_api.json("POST", "verify", {"kernel_id": kernel_id})
+    assert result["verdict"] == "COLD"
+    assert result["details"]["recorded"]["pid"] == old_pid
+    assert result["details"]["observed"]["pid"] == suspend_api.kernel_pid(kernel_id) != old_pid
+    assert any("no canary was recorded" in note for note in result["details"]["notes"])
+
+    # From inside, once the helper is loaded: the same verdict.
+    await suspend_api.run(kernel_id, "%load_ext jupyter_suspend")
+    text, data = await verdict(suspend_api, kernel_id)
+    assert text.startswith("COLD: new kernel process")
+    assert data["verdict"] == "COLD"
+
+
 async def test_corrupt_checkpoint_is_reported_by_name_on_resume(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
