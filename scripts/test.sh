@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every check and every test, from a fresh machine: installs what is missing,
-# then lint and type checks (Python and TypeScript), the pytest suite (real
-# jupyter_server, real kernels), the packaging check (a built wheel in a clean
-# venv) and the browser tests (real jupyter lab in the system Chromium).
+# then lint and type checks (Python and TypeScript), the frontend unit tests
+# (jest), the pytest suite (real jupyter_server, real kernels), the packaging
+# check (a built wheel in a clean venv) and the browser tests (Galata: a real
+# jupyter lab in the system Chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,15 +30,20 @@ ruff format --check jupyter_suspend tests
 step "mypy"
 mypy
 
-step "eslint and tsc"
-jlpm eslint:check
-jlpm typecheck
+step "prettier, eslint and tsc"
+jlpm lint:check
+
+step "jest (frontend unit tests)"
+jlpm test
 
 step "pytest"
 python -m pytest tests -q -p no:cacheprovider
 
 step "packaging: wheel in a clean venv"
 scripts/check-package.sh
+
+step "browser tests: Galata in the system Chromium against a real jupyter lab"
+ui-tests/run.sh
 
 echo
 echo "ALL CHECKS PASSED"
