@@ -105,15 +105,19 @@ class SuspendClient:
         path = self.root_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, str(path))
+        return await self.open_notebook_path(name)
+
+    async def open_notebook_path(self, path: str) -> dict[str, Any]:
+        """Open a session on a notebook that is already on disk."""
         response = await self.fetch(
             "api",
             "sessions",
             method="POST",
-            body=json.dumps({"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}),
+            body=json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}),
         )
         session = json.loads(response.body)
         await self.kernel_ready(session["kernel"]["id"])
-        return session
+        return dict(session)
 
     async def sessions(self) -> list[dict[str, Any]]:
         response = await self.fetch("api", "sessions")
@@ -171,6 +175,19 @@ class SuspendClient:
     def kernel_pid(self, kernel_id: str) -> int:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
         return int(km.provisioner.pid)
+
+
+@pytest.fixture
+def kernel_server_env(
+    monkeypatch: pytest.MonkeyPatch, jp_serverapp: Any, jp_http_port: int, jp_base_url: str, state_dir: Path
+) -> Path:
+    """Kernels started from now on find this (in-process) server through the
+    environment override, and write checkpoints under its checkpoint root."""
+    root = state_dir / "checkpoints"
+    monkeypatch.setenv("JUPYTER_SUSPEND_SERVER_URL", f"http://127.0.0.1:{jp_http_port}{jp_base_url}")
+    monkeypatch.setenv("JUPYTER_SUSPEND_TOKEN", jp_serverapp.identity_provider.token)
+    monkeypatch.setenv("JUPYTER_SUSPEND_CHECKPOINT_DIR", str(root))
+    return root
 
 
 @pytest.fixture

@@ -17,19 +17,6 @@ from .conftest import SuspendClient
 VERDICT_MIME = "application/vnd.jupyter-suspend.verdict+json"
 
 
-@pytest.fixture
-def kernel_server_env(
-    monkeypatch: pytest.MonkeyPatch, jp_serverapp: Any, jp_http_port: int, jp_base_url: str, state_dir: Path
-) -> Path:
-    """Kernels started from now on find this (in-process) server through the
-    environment override, and write checkpoints under its checkpoint root."""
-    root = state_dir / "checkpoints"
-    monkeypatch.setenv("JUPYTER_SUSPEND_SERVER_URL", f"http://127.0.0.1:{jp_http_port}{jp_base_url}")
-    monkeypatch.setenv("JUPYTER_SUSPEND_TOKEN", jp_serverapp.identity_provider.token)
-    monkeypatch.setenv("JUPYTER_SUSPEND_CHECKPOINT_DIR", str(root))
-    return root
-
-
 async def open_with_extension(api: SuspendClient, name: str, setup: str = "") -> str:
     session = await api.open_notebook(name)
     kernel_id = str(session["kernel"]["id"])
