@@ -13,6 +13,7 @@ import {
   ensureSteady,
   KERNEL_SIDE,
   openNotebook,
+  runNewCell,
   screenshot,
   serverIdle,
   shutdownSessionsUnder,
@@ -114,5 +115,50 @@ test.describe('verify live state (needs the kernel side)', () => {
     expect(rest.ok()).toBeTruthy();
     expect((await rest.json()).verdict).toBe(shown);
     await page.locator('.jp-Dialog .jp-mod-accept').click();
+  });
+});
+
+test.describe('restore checkpoints after a cold restore (needs the kernel side)', () => {
+  test.skip(
+    !KERNEL_SIDE,
+    'needs %checkpoint from the kernel side (JUPYTER_SUSPEND_KERNEL_SIDE=1)'
+  );
+
+  test.afterEach(async ({ request, tmpPath }) => {
+    await shutdownSessionsUnder(request, tmpPath);
+  });
+
+  test('the notification action puts the checkpointed names back into the kernel', async ({
+    page,
+    request,
+    tmpPath
+  }) => {
+    await ensureSteady(request);
+    await openNotebook(page, `${tmpPath}/restore.ipynb`, [
+      '%load_ext jupyter_suspend\nimport jupyter_suspend\nmarker = 41\njupyter_suspend.register("marker")'
+    ]);
+    await page.notebook.runCell(0);
+    expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
+      202
+    );
+    expect((await serverIdle(request)).state).toBe('suspended');
+    expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
+      202
+    );
+    const ready = await serverIdle(request);
+    expect(ready.state).toBe('ready');
+    expect(ready.last_restore?.checkpoints_restored_count).toBe(1);
+    await waitKernelConnected(page);
+
+    // The resume put `marker` back; the user then loses it again.
+    expect(await runNewCell(page, 'print(marker)\nmarker = 0')).toContain('41');
+    const toast = page.locator('.Toastify__toast', {
+      hasText: 'Cold restore'
+    });
+    await toast.getByRole('button', { name: 'Restore checkpoints' }).click();
+    await expect(
+      page.locator('.Toastify__toast', { hasText: 'marker' }).first()
+    ).toBeVisible();
+    expect(await runNewCell(page, 'print(marker)')).toContain('41');
   });
 });
