@@ -22,6 +22,7 @@ import {
   IOperation,
   IStatus,
   ISettings,
+  IStarted,
   ISuspendModel,
   IVerdict
 } from './tokens';
@@ -99,6 +100,28 @@ export async function saveDirtyDocuments(
     })
   );
   return result;
+}
+
+/**
+ * Ask the server to start an operation; when it refuses (409, 400, no
+ * answer), the progress notification says why and the flow stops (null).
+ */
+async function startOperation(
+  start: () => Promise<IStarted>,
+  notificationId: string,
+  refused: string
+): Promise<IStarted | null> {
+  try {
+    return await start();
+  } catch (reason) {
+    Notification.update({
+      id: notificationId,
+      message: `${refused}: ${errorMessage(reason)}`,
+      type: 'error',
+      autoClose: 10000
+    });
+    return null;
+  }
 }
 
 /**
@@ -240,16 +263,12 @@ export class SuspendFlows {
         'in-progress',
         { autoClose: false }
       );
-      let started;
-      try {
-        started = await api.suspend(REASON, force);
-      } catch (reason) {
-        Notification.update({
-          id: notificationId,
-          message: trans.__('Suspend refused: %1', errorMessage(reason)),
-          type: 'error',
-          autoClose: 10000
-        });
+      const started = await startOperation(
+        () => api.suspend(REASON, force),
+        notificationId,
+        trans.__('Suspend refused')
+      );
+      if (!started) {
         return null;
       }
       const final = await followOperation(
@@ -366,16 +385,12 @@ export class SuspendFlows {
       { autoClose: false }
     );
     try {
-      let started;
-      try {
-        started = await api.resume(REASON);
-      } catch (reason) {
-        Notification.update({
-          id: notificationId,
-          message: trans.__('Resume refused: %1', errorMessage(reason)),
-          type: 'error',
-          autoClose: 10000
-        });
+      const started = await startOperation(
+        () => api.resume(REASON),
+        notificationId,
+        trans.__('Resume refused')
+      );
+      if (!started) {
         return null;
       }
       const final = await followOperation(
@@ -452,16 +467,12 @@ export class SuspendFlows {
         'in-progress',
         { autoClose: false }
       );
-      let started;
-      try {
-        started = await api.checkpoint(REASON);
-      } catch (reason) {
-        Notification.update({
-          id: notificationId,
-          message: trans.__('Checkpoint refused: %1', errorMessage(reason)),
-          type: 'error',
-          autoClose: 10000
-        });
+      const started = await startOperation(
+        () => api.checkpoint(REASON),
+        notificationId,
+        trans.__('Checkpoint refused')
+      );
+      if (!started) {
         return null;
       }
       const final = await followOperation(
