@@ -160,6 +160,19 @@ export async function ensureHelper(
   }
 }
 
+/** The notebook's kernel, once it is ready and has the kernel side loaded. */
+async function kernelWithHelper(
+  panel: NotebookPanel
+): Promise<Kernel.IKernelConnection> {
+  await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    throw new Error('the notebook has no kernel');
+  }
+  await ensureHelper(kernel);
+  return kernel;
+}
+
 /**
  * Insert a cell running the helper below the active cell and run it; the
  * verdict stays in the notebook as a record of the check.
@@ -167,12 +180,7 @@ export async function ensureHelper(
 export async function verifyInNotebook(
   panel: NotebookPanel
 ): Promise<IVerifyResult> {
-  await panel.sessionContext.ready;
-  const kernel = panel.sessionContext.session?.kernel;
-  if (!kernel) {
-    throw new Error('the notebook has no kernel');
-  }
-  await ensureHelper(kernel);
+  await kernelWithHelper(panel);
   const notebook = panel.content;
   NotebookActions.insertBelow(notebook);
   if (notebook.activeCell?.model.type !== 'code') {
@@ -254,12 +262,7 @@ export async function runQuietly(
 export async function verifyScratch(
   panel: NotebookPanel
 ): Promise<IVerifyResult> {
-  await panel.sessionContext.ready;
-  const kernel = panel.sessionContext.session?.kernel;
-  if (!kernel) {
-    throw new Error('the notebook has no kernel');
-  }
-  await ensureHelper(kernel);
+  const kernel = await kernelWithHelper(panel);
   const outputs = await runQuietly(kernel, VERIFY_CODE);
   return { ...parseVerifyOutputs(outputs), mode: 'scratch' };
 }

@@ -1,10 +1,13 @@
 """A platform-shaped backend for testing the lifecycle's capability-driven paths.
 
 It models a platform whose snapshot freezes the whole pod with the server in
-it (as GKE Pod Snapshots do): ``release`` returns only after the pod came back,
-and the kernels never stopped. It is a test double of the *platform*, used to
-check that preflight, status and the live-return path are derived from the
-declared capabilities; it does not claim to talk to any real platform.
+it (as GKE Pod Snapshots do): ``release`` returns only once the pod is back.
+The kernels keep running (a live restore), are restarted under the same ids
+(a snapshot that came back cold), or the pod never comes back and the next
+server starts cold from the journal. It is a test double of the *platform*,
+used to check that preflight, status, the live-return verification and the
+cold-start reading are derived from the declared capabilities; it does not
+claim to talk to any real platform.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import time
 from typing import Any
 
+from jupyter_core.utils import ensure_async
 from traitlets import Bool
 
 from jupyter_suspend.backends.base import (
@@ -24,11 +28,11 @@ from jupyter_suspend.backends.base import (
     RestoreOutcome,
     ReturnedLive,
 )
-from jupyter_suspend.model import RestoreKind, State
+from jupyter_suspend.model import RestoreFailed, RestoreKind, State
 
 
-class FrozenPodBackend(Backend):
-    name = "frozen-pod-test"
+class SnapshotLikeBackend(Backend):
+    name = "snapshot-like"
     capabilities = Capabilities(
         keeps_live_memory=True,
         keeps_gpu_memory=True,
@@ -38,21 +42,27 @@ class FrozenPodBackend(Backend):
         server_survives_suspend=False,
         resume_from_server=False,
     )
-
-    #: Model a snapshot whose pod never comes back: the server stays frozen in
-    #: ``release`` until it is killed, and the next server starts cold.
-    never_returns = Bool(False, config=True)
+    restart_kernels = Bool(False, config=True, help="Come back with new kernel processes (a cold restore).")
+    never_returns = Bool(
+        False,
+        config=True,
+        help="The pod never comes back: the server stays frozen in release until it is killed.",
+    )
 
     async def release(self, ctx: ReleaseContext) -> ReturnedLive:
         if self.never_returns:
             await asyncio.Event().wait()
         stopped = time.time()
+        if self.restart_kernels:
+            for record in ctx.kernels:
+                await ensure_async(ctx.workspace.kernel_manager.restart_kernel(record.kernel_id))
+                await ctx.workspace.wait_kernel_ready(record.kernel_id, 60)
         return ReturnedLive(
             snapshot=f"snapshot-{ctx.operation_id}", environment_stopped_at=stopped, restored_at=time.time()
         )
 
-    async def restore(self, ctx: RestoreContext) -> RestoreOutcome:  # pragma: no cover - platform resumes
-        raise AssertionError("the platform resumes this backend, never the server")
+    async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
+        raise RestoreFailed("the platform resumes this backend, never the server", "")
 
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         if last_state in {State.SNAPSHOTTING, State.SUSPENDED}:

@@ -11,14 +11,14 @@ from .conftest import SuspendClient, checkpoint_handler_code
 
 @pytest.fixture
 def suspend_config() -> dict[str, Any]:
-    return {"backend": "tests.backends:FrozenPodBackend", "flush_kernel_timeout": 1.0}
+    return {"backend": "tests.backends:SnapshotLikeBackend", "flush_kernel_timeout": 1.0}
 
 
 async def test_preflight_is_derived_from_capabilities(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     await suspend_api.run(session["kernel"]["id"], checkpoint_handler_code())
     status = await suspend_api.status()
-    assert status["backend"]["name"] == "frozen-pod-test"
+    assert status["backend"]["name"] == "snapshot-like"
     assert status["backend"]["capabilities"]["keeps_live_memory"] is True
     assert status["can_resume"] is False
 

@@ -395,10 +395,10 @@ async def test_torch_model_survives_a_cold_resume(suspend_api: SuspendClient, ke
 @pytest.mark.parametrize(
     ("suspend_config", "restore"),
     [
-        ({"backend": "tests.live_backend:SnapshotLikeBackend", "flush_kernel_timeout": 10.0}, "live"),
+        ({"backend": "tests.backends:SnapshotLikeBackend", "flush_kernel_timeout": 10.0}, "live"),
         (
             {
-                "backend": "tests.live_backend:SnapshotLikeBackend",
+                "backend": "tests.backends:SnapshotLikeBackend",
                 "flush_kernel_timeout": 10.0,
                 "SnapshotLikeBackend": {"restart_kernels": True},
             },

@@ -92,7 +92,7 @@ def test_server_killed_during_flush_starts_running_and_says_why(tmp_path: Path) 
 
 def test_snapshot_that_never_returns_means_a_cold_start(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    config = "c.SuspendApp.backend = 'tests.backends:FrozenPodBackend'\nc.FrozenPodBackend.never_returns = True\n"
+    config = "c.SuspendApp.backend = 'tests.backends:SnapshotLikeBackend'\nc.SnapshotLikeBackend.never_returns = True\n"
     first = ServerProcess(tmp_path, state_dir, config).start()
     try:
         open_notebook(first, "gpu.ipynb")
