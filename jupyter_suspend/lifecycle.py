@@ -774,6 +774,7 @@ class Lifecycle:
         return {
             "state": self.state.value,
             "since": utc_iso(self.since),
+            "seconds_in_state": round(now - self.since, 3),
             "message": self.message,
             "restore": self.restore.value if self.state == State.READY and self.restore else None,
             "failure": self.failure.to_dict() if self.state == State.FAILED and self.failure else None,

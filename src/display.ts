@@ -96,6 +96,18 @@ export function idleSecondsNow(
   return status.idle_seconds + Math.max(0, now - fetchedAt) / 1000;
 }
 
+/** Seconds in the current state now, aged like `idleSecondsNow`. */
+export function secondsInStateNow(
+  status: IStatus,
+  fetchedAt: number,
+  now: number
+): number | null {
+  if (status.seconds_in_state === undefined) {
+    return null;
+  }
+  return status.seconds_in_state + Math.max(0, now - fetchedAt) / 1000;
+}
+
 /** "idle 5 min", or "active" right after activity. */
 export function formatIdle(seconds: number, trans: TranslationBundle): string {
   if (seconds < 60) {
@@ -207,6 +219,9 @@ export function describeStatus(
       ? idleSecondsNow(status, options.fetchedAt, options.now)
       : null;
   const idleText = idle !== null ? formatIdle(idle, trans) : null;
+  // How long the environment has been down: what the user weighs a resume against.
+  const inState = secondsInStateNow(status, options.fetchedAt, options.now);
+  const forText = inState !== null ? formatDuration(inState, trans) : null;
   let tone: Tone;
   let label: string;
   let headline: string;
@@ -237,14 +252,18 @@ export function describeStatus(
     }
     case 'suspended':
       tone = 'warn';
-      label = trans.__('Suspended');
+      label = forText
+        ? trans.__('Suspended · %1', forText)
+        : trans.__('Suspended');
       headline = status.can_resume
         ? trans.__('Suspended: resume to bring the kernels back')
         : trans.__('Suspended');
       break;
     case 'waiting_for_capacity':
       tone = 'warn';
-      label = trans.__('Waiting for capacity');
+      label = forText
+        ? trans.__('Waiting for capacity · %1', forText)
+        : trans.__('Waiting for capacity');
       headline = trans.__(
         'Waiting for capacity: the resume starts as soon as it is free'
       );

@@ -135,6 +135,8 @@ export interface IStatus {
   backend: IBackend;
   last_activity: string | null;
   idle_seconds: number | null;
+  /** Seconds since the state was entered (server clock). */
+  seconds_in_state?: number;
   can_suspend: boolean;
   can_resume: boolean;
   cold_start: IColdStart | null;

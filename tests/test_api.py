@@ -41,6 +41,7 @@ async def test_status_starts_running(suspend_api: SuspendClient) -> None:
     assert caps["releases_kernel_memory"] is True
     assert status["can_suspend"] is True
     assert status["can_resume"] is False
+    assert status["seconds_in_state"] >= 0
 
 
 async def test_suspend_and_resume_local_backend(suspend_api: SuspendClient, state_dir: Path) -> None:
@@ -63,6 +64,8 @@ async def test_suspend_and_resume_local_backend(suspend_api: SuspendClient, stat
     assert status["state"] == "suspended", status
     assert status["operation"]["outcome"] == "succeeded"
     assert status["can_resume"] is True
+    await asyncio.sleep(0.2)
+    assert (await suspend_api.status())["seconds_in_state"] >= 0.2
 
     # The kernel process is gone and its memory was measured before it went.
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

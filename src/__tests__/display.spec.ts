@@ -140,6 +140,27 @@ describe('describeStatus', () => {
     expect(shown.label).not.toContain('idle');
   });
 
+  it('suspended and waiting for capacity say for how long, aged since the fetch', () => {
+    const suspended = {
+      ...statusSuspended(),
+      seconds_in_state: 2 * 3600 + 5 * 60
+    };
+    expect(describeStatus(suspended, opts(), trans).label).toBe(
+      'Suspended · 2 h 05 min'
+    );
+    const later = { ...opts(), now: NOW + 30 * 60 * 1000 };
+    expect(describeStatus(suspended, later, trans).label).toBe(
+      'Suspended · 2 h 35 min'
+    );
+    const waiting = {
+      ...statusIn('waiting_for_capacity'),
+      seconds_in_state: 90
+    };
+    expect(describeStatus(waiting, opts(), trans).label).toBe(
+      'Waiting for capacity · 1 min'
+    );
+  });
+
   it('waiting for capacity and restoring', () => {
     const waiting = describeStatus(
       statusIn('waiting_for_capacity'),
