@@ -4,8 +4,10 @@ authentication required, real ipykernel kernels started through the REST API."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,30 @@ def jp_server_config(state_dir: Path, suspend_config: dict[str, Any]) -> dict[st
         },
         "SuspendApp": {"state_dir": str(state_dir), **suspend_config},
     }
+
+
+class Outputs:
+    """What a cell printed and displayed, collected from its IOPub messages."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.displays: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+
+    def hook(self, msg: dict[str, Any]) -> None:
+        kind = msg["msg_type"]
+        if kind == "stream":
+            self.text.append(msg["content"]["text"])
+        elif kind == "error":
+            self.text.append("\n".join(msg["content"]["traceback"]))
+        elif kind == "display_data":
+            self.displays.append(msg["content"]["data"])
+        elif kind == "execute_result":
+            self.results.append(msg["content"]["data"])
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.text)
 
 
 class SuspendClient:
@@ -140,29 +166,29 @@ class SuspendClient:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
         client = own_client(km)  # never shares a shell identity with another client
         client.start_channels()
-        out: list[str] = []
-        displays: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
-
-        def output_hook(msg: dict[str, Any]) -> None:
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                out.append("\n".join(msg["content"]["traceback"]))
-            elif msg["msg_type"] == "display_data":
-                displays.append(msg["content"]["data"])
-            elif msg["msg_type"] == "execute_result":
-                results.append(msg["content"]["data"])
-
+        outputs = Outputs()
         try:
-            reply = await client.execute_interactive(code, timeout=timeout, output_hook=output_hook)
+            reply = await client.execute_interactive(code, timeout=timeout, output_hook=outputs.hook)
         finally:
             client.stop_channels()
         content = dict(reply["content"])
-        content["stdout"] = "".join(out)
-        content["displays"] = displays
-        content["result"] = results
+        content["stdout"] = outputs.stdout
+        content["displays"] = outputs.displays
+        content["result"] = outputs.results
         return content
+
+    @contextlib.asynccontextmanager
+    async def busy(self, kernel_id: str, seconds: float) -> AsyncIterator[None]:
+        """A cell that keeps the kernel busy for ``seconds``, as a user's long cell would."""
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        client = own_client(km)
+        client.start_channels()
+        try:
+            client.execute(f"import time; time.sleep({seconds})")
+            await self.wait_until_busy(kernel_id)
+            yield
+        finally:
+            client.stop_channels()
 
     async def wait_until_busy(self, kernel_id: str, timeout: float = 30.0) -> None:
         """Wait until the server has seen the kernel go busy (a cell is running)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from jupyter_client import BlockingKernelClient
 
 
 def free_port() -> int:
@@ -41,7 +42,9 @@ class ServerProcess:
         self.log_path = base / f"server-{self.port}.log"
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # Kernels must find this server on their own (JPY_PARENT_PID and its
+        # runtime file), not through overrides a test process may have set.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_SUSPEND_")}
         env.update(
             {
                 "JUPYTER_CONFIG_DIR": str(self.base / "config"),
@@ -111,6 +114,14 @@ class ServerProcess:
         for child in children:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+
+    def kernel_client(self, kernel_id: str) -> BlockingKernelClient:
+        """A client of one of this server's kernels, through its connection file."""
+        client = BlockingKernelClient(connection_file=str(self.base / "runtime" / f"kernel-{kernel_id}.json"))
+        client.load_connection_file()
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        return client
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()

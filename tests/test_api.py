@@ -218,12 +218,7 @@ async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> N
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
     await suspend_api.run(kernel_id, checkpoint_handler_code())
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
-    client.start_channels()
-    try:
-        client.execute("import time; time.sleep(6)")
-        await suspend_api.wait_until_busy(kernel_id)
+    async with suspend_api.busy(kernel_id, 6):
         status = await suspend_api.suspend()
         assert status["state"] == "running"
         assert "kernel busy: checkpoint skipped" in status["operation"]["message"]
@@ -233,8 +228,6 @@ async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> N
         assert status["state"] == "suspended"
         flushed = next(s for s in status["operation"]["steps"] if s["name"] == "flush.kernels")
         assert flushed["detail"]["kernels"][0]["status"] == "busy_skipped"
-    finally:
-        client.stop_channels()
 
 
 async def test_checkpoint_only_flushes(suspend_api: SuspendClient) -> None:

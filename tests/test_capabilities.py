@@ -40,15 +40,8 @@ async def test_busy_kernel_does_not_block_a_live_snapshot(suspend_api: SuspendCl
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
     await suspend_api.run(kernel_id, checkpoint_handler_code())
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
-    client.start_channels()
-    try:
-        client.execute("import time; time.sleep(4)")
-        await suspend_api.wait_until_busy(kernel_id)
+    async with suspend_api.busy(kernel_id, 4):
         status = await suspend_api.suspend()
-    finally:
-        client.stop_channels()
     # The snapshot keeps the running cell, so a skipped checkpoint loses nothing.
     assert status["operation"]["outcome"] == "succeeded", status["operation"]
     assert status["state"] == "ready"

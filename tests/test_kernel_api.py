@@ -312,16 +312,9 @@ async def test_verify_unknown_kernel_and_busy_kernel(suspend_api: SuspendClient,
     kernel_id = await open_with_extension(suspend_api, "busy.ipynb", SETUP)
     await suspend_api.json("POST", "checkpoint", {}, expect=202)
     await suspend_api.wait_done()
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
-    client.start_channels()
-    try:
-        client.execute("import time; time.sleep(5)")
-        await asyncio.sleep(0.5)
+    async with suspend_api.busy(kernel_id, 5):
         busy = await suspend_api.json("POST", "verify", {"kernel_id": kernel_id}, expect=409)
         assert "is busy: run %verify_live_state in it" in busy["message"]
-    finally:
-        client.stop_channels()
 
 
 @pytest.mark.parametrize("suspend_config", [{"flush_kernel_timeout": 1.0}])
@@ -329,12 +322,8 @@ async def test_checkpoint_request_arriving_after_its_deadline_is_a_noop(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
     kernel_id = await open_with_extension(suspend_api, "late.ipynb", SETUP)
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    client = km.client()
-    client.start_channels()
-    try:
-        client.execute("import time; time.sleep(2.5)")
-        await asyncio.sleep(0.3)
+    pid = suspend_api.kernel_pid(kernel_id)
+    async with suspend_api.busy(kernel_id, 2.5):
         status = await suspend_api.suspend()
         assert status["state"] == "running"
         assert "kernel busy: checkpoint skipped" in status["operation"]["message"]
@@ -342,12 +331,10 @@ async def test_checkpoint_request_arriving_after_its_deadline_is_a_noop(
         await asyncio.sleep(2.5)
         reply = await suspend_api.run(kernel_id, "print('idle again')")
         assert "idle again" in reply["stdout"]
-    finally:
-        client.stop_channels()
     folders = list(kernel_server_env.glob("*")) if kernel_server_env.exists() else []
     generations = [g for f in folders for g in f.iterdir() if (g / "manifest.json").exists()]
     assert generations == []  # the late request wrote nothing
-    assert suspend_api.kernel_pid(kernel_id) == km.provisioner.pid
+    assert suspend_api.kernel_pid(kernel_id) == pid
 
 
 TORCH_SETUP = """
