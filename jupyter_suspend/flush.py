@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .journal import fsync_directory
+from .durable import fsync_directory
 from .kernel.store import folder_name
 from .model import FlushFailed
 from .workspace import KernelRecord, KernelReply, Workspace

@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .durable import fsync_directory
+
 JOURNAL_FILENAME = "journal.jsonl"
 #: Identifies this server process: entries written by another boot id were
 #: written by a previous process (possibly in another pod).
@@ -46,15 +48,6 @@ class JournalProblem:
 class JournalReadout:
     entries: list[dict[str, Any]] = field(default_factory=list)
     problems: list[JournalProblem] = field(default_factory=list)
-
-
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a file creation in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def utc_iso(epoch: float) -> str:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..durable import fsync_directory
 from .tensors import (
     CHUNK_BYTES,
     Buffer,
@@ -240,14 +241,6 @@ def observe(obj: Any) -> dict[str, Any]:
 # -- file helpers --------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_file(path: Path, data: bytes) -> str:
     with open(path, "wb") as fh:
         fh.write(data)
@@ -401,10 +394,10 @@ class CheckpointStore:
                 "objects": objects,
             }
             _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
-            _fsync_dir(tmp)
+            fsync_directory(tmp)
             final = self.directory / gen_id
             os.rename(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_directory(self.directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -469,7 +462,7 @@ class CheckpointStore:
             total += size
             files.append({"file": str(path.relative_to(folder)), "bytes": size, "sha256": digest.hexdigest()})
         for directory in sorted({p.parent for p in folder.rglob("*")} | {folder}):
-            _fsync_dir(directory)
+            fsync_directory(directory)
         entry: dict[str, Any] = {
             "name": item.name,
             "kind": "callback",
