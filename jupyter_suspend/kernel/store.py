@@ -682,7 +682,8 @@ def _safetensors_header(buffers: list[tuple[str, Buffer]]) -> bytes:
 
 def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str) -> tuple[list[dict[str, Any]], int]:
     header = _safetensors_header(buffers)
-    entries = []
+    entries: list[dict[str, Any]] = []
+    hashers: list[tuple[ChunkHasher, memoryview]] = []
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _write_all(fd, memoryview(header))
@@ -698,7 +699,7 @@ def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str)
                 chunk = view[start : start + CHUNK_BYTES]
                 hasher.add(chunk)
                 _write_all(fd, chunk)
-            digests = hasher.digests() if view.nbytes else chunk_digests(view)
+            hashers.append((hasher, view))
             entries.append(
                 {
                     "key": key,
@@ -710,13 +711,15 @@ def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str)
                     "requires_grad": b.requires_grad,
                     "offset": offset,
                     "nbytes": b.nbytes,
-                    "sha256_chunks": digests,
                 }
             )
             offset += b.nbytes
+        # The device writes back while the last chunks are still being hashed.
         os.fsync(fd)
     finally:
         os.close(fd)
+    for entry, (hasher, view) in zip(entries, hashers, strict=True):
+        entry["sha256_chunks"] = hasher.digests() if view.nbytes else chunk_digests(view)
     return entries, offset
 
 
