@@ -103,16 +103,20 @@ export async function saveDirtyDocuments(
 }
 
 /**
- * Ask the server to start an operation; when it refuses (409, 400, no
- * answer), the progress notification says why and the flow stops (null).
+ * Ask the server to start an operation and follow it in the progress
+ * notification until it ends. When the server refuses (409, 400, no answer)
+ * the notification says why and the flow stops (null).
  */
-async function startOperation(
+async function runOperation(
   start: () => Promise<IStarted>,
   notificationId: string,
-  refused: string
-): Promise<IStarted | null> {
+  refused: string,
+  model: ISuspendModel,
+  trans: TranslationBundle
+): Promise<{ operationId: string; final: IStatus } | null> {
+  let started: IStarted;
   try {
-    return await start();
+    started = await start();
   } catch (reason) {
     Notification.update({
       id: notificationId,
@@ -122,6 +126,13 @@ async function startOperation(
     });
     return null;
   }
+  const final = await followOperation(
+    model,
+    started.operation,
+    notificationId,
+    trans
+  );
+  return { operationId: started.operation.id, final };
 }
 
 /**
@@ -263,21 +274,18 @@ export class SuspendFlows {
         'in-progress',
         { autoClose: false }
       );
-      const started = await startOperation(
+      const run = await runOperation(
         () => api.suspend(REASON, force),
         notificationId,
-        trans.__('Suspend refused')
-      );
-      if (!started) {
-        return null;
-      }
-      const final = await followOperation(
+        trans.__('Suspend refused'),
         model,
-        started.operation,
-        notificationId,
         trans
       );
-      this._reportSuspend(final, started.operation.id, notificationId);
+      if (!run) {
+        return null;
+      }
+      const { operationId, final } = run;
+      this._reportSuspend(final, operationId, notificationId);
       return final;
     } catch (reason) {
       Notification.error(trans.__('Suspend failed: %1', errorMessage(reason)), {
@@ -385,20 +393,17 @@ export class SuspendFlows {
       { autoClose: false }
     );
     try {
-      const started = await startOperation(
+      const run = await runOperation(
         () => api.resume(REASON),
         notificationId,
-        trans.__('Resume refused')
-      );
-      if (!started) {
-        return null;
-      }
-      const final = await followOperation(
+        trans.__('Resume refused'),
         model,
-        started.operation,
-        notificationId,
         trans
       );
+      if (!run) {
+        return null;
+      }
+      const { final } = run;
       if (final.state === 'ready' && final.restore === 'cold') {
         // The cold-restore announcement (notify.ts) says it all, with the
         // action to restore the checkpoints: no second toast.
@@ -467,22 +472,18 @@ export class SuspendFlows {
         'in-progress',
         { autoClose: false }
       );
-      const started = await startOperation(
+      const run = await runOperation(
         () => api.checkpoint(REASON),
         notificationId,
-        trans.__('Checkpoint refused')
-      );
-      if (!started) {
-        return null;
-      }
-      const final = await followOperation(
+        trans.__('Checkpoint refused'),
         model,
-        started.operation,
-        notificationId,
         trans
       );
-      const op =
-        final.operation?.id === started.operation.id ? final.operation : null;
+      if (!run) {
+        return null;
+      }
+      const { operationId, final } = run;
+      const op = final.operation?.id === operationId ? final.operation : null;
       const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
       Notification.update({
         id: notificationId,
