@@ -36,6 +36,8 @@ export interface IDisplayOptions {
   /** Epoch ms at which the status was fetched. */
   fetchedAt: number;
   showIdleTime: boolean;
+  /** Open notebooks are being pointed back at their restored kernels. */
+  reconnecting?: boolean;
 }
 
 /** The longest failure reason shown in the status bar itself. */
@@ -296,7 +298,13 @@ export function describeStatus(
         headline = trans.__('Ready');
         label = trans.__('Ready');
       }
-      if (operation && operation.kind === 'checkpoint') {
+      if (options.reconnecting) {
+        // Until then a cell run in an open notebook has no kernel to go to.
+        label = trans.__('%1 · reconnecting notebooks…', label);
+        details.push(
+          trans.__('Reconnecting open notebooks to their restored kernels…')
+        );
+      } else if (operation && operation.kind === 'checkpoint') {
         label = trans.__('%1 · checkpointing…', label);
       } else if (idleText) {
         label = trans.__('%1 · %2', label, idleText);

@@ -16,7 +16,11 @@ import { notifyCommands, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
-import { noticeStoppedKernels, reconnectNotebooks } from './reconnect';
+import {
+  keepAttached,
+  noticeStoppedKernels,
+  reconnectNotebooks
+} from './reconnect';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
@@ -125,12 +129,33 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
           previous.state !== 'ready' ||
           previous.last_restore?.operation_id !==
             status.last_restore?.operation_id);
-      if (restoredNow && previous !== null && tracker) {
-        void reconnectNotebooks(tracker, app.serviceManager);
-      }
+      const hadPrevious = previous !== null;
       previous = status;
+      if (restoredNow && hadPrevious && tracker) {
+        model.setReconnecting(true);
+        void reconnectNotebooks(tracker, app.serviceManager).finally(() =>
+          model.setReconnecting(false)
+        );
+      }
       void notifier.check(status);
     });
+
+    if (tracker) {
+      // Only between operations: during a suspend or resume, sessions come
+      // and go on purpose and the ready-time reconnect above handles them.
+      const steady = (): boolean => {
+        const status = model.status;
+        return (
+          !!status &&
+          (status.state === 'running' || status.state === 'ready') &&
+          !status.operation?.in_progress &&
+          !model.reconnecting
+        );
+      };
+      tracker.widgetAdded.connect((_, panel) =>
+        keepAttached(panel.sessionContext, app.serviceManager.sessions, steady)
+      );
+    }
 
     if (statusBar) {
       const item = new SuspendStatusItem(model, {

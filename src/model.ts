@@ -83,6 +83,23 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
     return this._lifecycleEvent;
   }
 
+  get reconnecting(): boolean {
+    return this._reconnecting > 0;
+  }
+
+  /**
+   * Track open notebooks being pointed back at their restored kernels (one
+   * call with `true` per reconnect started, one with `false` when it ends).
+   * Only the views re-render: `changed` is about the server's state.
+   */
+  setReconnecting(started: boolean): void {
+    const before = this.reconnecting;
+    this._reconnecting = Math.max(0, this._reconnecting + (started ? 1 : -1));
+    if (this.reconnecting !== before) {
+      this.stateChanged.emit();
+    }
+  }
+
   /** The poll's current interval in ms (exposed for tests and diagnostics). */
   get pollInterval(): number {
     return this._poll.frequency.interval;
@@ -165,10 +182,17 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   }
 
   private async _tick(): Promise<void> {
+    // An event refreshes the poll while a fetch may still be on its way; the
+    // older answer must not overwrite a newer one (ready -> restoring -> ready
+    // would announce the same restore twice).
+    const sequence = ++this._fetchSequence;
     let status: IStatus;
     try {
       status = await this._fetchStatus();
     } catch (reason) {
+      if (sequence < this._appliedSequence) {
+        return;
+      }
       const message = reason instanceof Error ? reason.message : String(reason);
       if (message !== this._error) {
         this._error = message;
@@ -177,6 +201,10 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
       // Rejecting makes the poll back off until the server answers again.
       throw reason;
     }
+    if (sequence < this._appliedSequence) {
+      return;
+    }
+    this._appliedSequence = sequence;
     this._status = status;
     this._error = null;
     this._fetchedAt = Date.now();
@@ -229,6 +257,9 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   private _fetchedAt = 0;
   private _timeline: ITimeline | null = null;
   private _timelineKey = '';
+  private _fetchSequence = 0;
+  private _appliedSequence = 0;
+  private _reconnecting = 0;
   private _changed = new Signal<ISuspendModel, void>(this);
   private _lifecycleEvent = new Signal<ISuspendModel, ILifecycleEvent>(this);
 }

@@ -133,6 +133,51 @@ export async function reconnectNotebooks(
 }
 
 /**
+ * Keep a notebook attached to its server session when its connection is
+ * dropped behind the user's back while the environment is steady.
+ *
+ * JupyterLab's session and kernel lists are polled; one computed while a
+ * suspend had stopped the kernels can arrive after the resume and dispose a
+ * connection that was already restored (or that reconnected on its own), and
+ * nothing in JupyterLab connects it again: the next cell run would silently
+ * be dropped, or start a second kernel. The server session still exists, so
+ * the notebook is pointed back at it. A user's own shutdown removes the
+ * server session too, and then nothing happens.
+ */
+export function keepAttached(
+  ctx: ISessionContext,
+  sessions: Session.IManager,
+  steady: () => boolean
+): void {
+  let checking = false;
+  const check = async (): Promise<void> => {
+    if (checking || ctx.isDisposed || !steady() || !dropped(ctx)) {
+      return;
+    }
+    checking = true;
+    try {
+      await sessions.refreshRunning();
+      // A reconnect running elsewhere may have attached it meanwhile.
+      if (!ctx.isDisposed && steady() && dropped(ctx)) {
+        await reconnectContext(ctx, sessions);
+      }
+    } catch (reason) {
+      console.warn(`jupyter-suspend: could not reattach ${ctx.path}`, reason);
+    } finally {
+      checking = false;
+    }
+  };
+  ctx.sessionChanged.connect(() => void check());
+  ctx.connectionStatusChanged.connect(() => void check());
+}
+
+/** No session, or a session whose kernel connection was disposed. */
+function dropped(ctx: ISessionContext): boolean {
+  const session = ctx.session;
+  return !session || session.isDisposed || !!session.kernel?.isDisposed;
+}
+
+/**
  * After a suspend: make the browser notice at once that the kernels are gone
  * (instead of at its next 10 s poll), so notebooks show it consistently.
  */

@@ -37,7 +37,8 @@ function display(
     {
       now: Date.now(),
       fetchedAt: model.fetchedAt,
-      showIdleTime: options.settings().showIdleTime
+      showIdleTime: options.settings().showIdleTime,
+      reconnecting: model.reconnecting
     },
     options.trans,
     model.error
@@ -93,6 +94,7 @@ export class SuspendStatusItem extends VDomRenderer<SuspendModel> {
     // Attributes on the item itself: CSS tone and stable hooks for tests.
     this.node.dataset.state = shown.state;
     this.node.dataset.tone = shown.tone;
+    this.node.dataset.reconnecting = String(this.model.reconnecting);
     const title = tooltipText(this.model, shown, this._options.trans);
     this.node.title = title;
     return (

@@ -265,6 +265,8 @@ export interface ISuspendModel {
   readonly timeline: ITimeline | null;
   /** Emits after every change of status, error or timeline. */
   readonly changed: ISignal<ISuspendModel, void>;
+  /** Whether open notebooks are being reconnected after a restore. */
+  readonly reconnecting: boolean;
   /** Emits each lifecycle event received from the server. */
   readonly lifecycleEvent: ISignal<ISuspendModel, ILifecycleEvent>;
   /** Fetch the status now; resolves once it arrived. */

@@ -191,6 +191,21 @@ describe('describeStatus', () => {
     expect(shown.headline).toContain('cold start');
   });
 
+  it('ready says so while open notebooks are being reconnected', () => {
+    const status = statusReadyCold();
+    status.idle_seconds = null;
+    status.last_restore!.checkpoints_restored_count = 1;
+    const shown = describeStatus(status, opts({ reconnecting: true }), trans);
+    expect(shown.label).toBe(
+      'Ready (cold, 1 checkpoint restored) · reconnecting notebooks…'
+    );
+    expect(shown.details).toContain(
+      'Reconnecting open notebooks to their restored kernels…'
+    );
+    const after = describeStatus(status, opts(), trans);
+    expect(after.label).not.toContain('reconnecting');
+  });
+
   it('ready (live) says the live session came back', () => {
     const status = statusIn('ready', {
       restore: 'live',

@@ -200,6 +200,66 @@ describe('SuspendModel', () => {
     }
   });
 
+  it('an older answer arriving after a newer one is dropped', async () => {
+    // Two fetches in flight (a tick and an event's refresh); the first one
+    // answers last. It must not take the state back to "restoring".
+    const answers: ((status: IStatus) => void)[] = [];
+    const slow = new SuspendModel({
+      fetchStatus: () =>
+        new Promise<IStatus>(resolve => {
+          answers.push(resolve);
+        }),
+      fetchTimeline: server.fetchTimeline,
+      events: server.events,
+      interval: IDLE_MS
+    });
+    const states: string[] = [];
+    slow.changed.connect(() => states.push(slow.status?.state ?? 'none'));
+    const settle = (): Promise<void> =>
+      new Promise(resolve => setTimeout(resolve, 0));
+    // The poll schedules its ticks on animation frames.
+    const fetches = async (n: number): Promise<void> => {
+      for (let i = 0; i < 200 && answers.length < n; i++) {
+        await new Promise(resolve => setTimeout(resolve, 5));
+      }
+      expect(answers).toHaveLength(n);
+    };
+    try {
+      void slow.start();
+      await fetches(1);
+      server.emit({ state: 'ready', previous_state: 'restoring' });
+      await fetches(2);
+      answers[1](statusIn('ready'));
+      await settle();
+      answers[0](statusIn('restoring'));
+      await settle();
+      expect(slow.status?.state).toBe('ready');
+      expect(states).not.toContain('restoring');
+    } finally {
+      slow.dispose();
+    }
+  });
+
+  it('counts reconnects and re-renders without a status change', () => {
+    let renders = 0;
+    let changes = 0;
+    model.stateChanged.connect(() => (renders += 1));
+    model.changed.connect(() => (changes += 1));
+    expect(model.reconnecting).toBe(false);
+    model.setReconnecting(true);
+    model.setReconnecting(true);
+    expect(model.reconnecting).toBe(true);
+    model.setReconnecting(false);
+    expect(model.reconnecting).toBe(true);
+    model.setReconnecting(false);
+    expect(model.reconnecting).toBe(false);
+    // An extra end never goes below zero.
+    model.setReconnecting(false);
+    expect(model.reconnecting).toBe(false);
+    expect(renders).toBe(2);
+    expect(changes).toBe(0);
+  });
+
   it('stops listening to events once disposed', () => {
     const seen: ILifecycleEvent[] = [];
     model.lifecycleEvent.connect((_, event) => seen.push(event));

@@ -1,0 +1,155 @@
+import type { ISessionContext } from '@jupyterlab/apputils';
+import type { Session } from '@jupyterlab/services';
+import { Signal } from '@lumino/signaling';
+
+import { keepAttached } from '../reconnect';
+
+/** A kernel connection as far as the reconnect logic looks at it. */
+function kernel(id: string, connected = true) {
+  return {
+    id,
+    isDisposed: false,
+    status: 'idle',
+    connectionStatus: connected ? 'connected' : 'connecting',
+    dispose(): void {
+      this.isDisposed = true;
+    }
+  };
+}
+
+type FakeKernel = ReturnType<typeof kernel>;
+
+function sessionConnection(id: string, k: FakeKernel) {
+  return {
+    id,
+    kernel: k,
+    isDisposed: false,
+    dispose(): void {
+      this.isDisposed = true;
+      this.kernel.dispose();
+    }
+  };
+}
+
+type FakeSession = ReturnType<typeof sessionConnection>;
+
+/** A notebook's session context: the private adopt call JupyterLab has. */
+class FakeContext {
+  path = 'work/model.ipynb';
+  isDisposed = false;
+  session: FakeSession | null = null;
+  readonly sessionChanged = new Signal<this, unknown>(this);
+  readonly connectionStatusChanged = new Signal<this, unknown>(this);
+  readonly kernelChanged = new Signal<this, unknown>(this);
+  adopted: FakeSession[] = [];
+
+  drop(): void {
+    this.session?.dispose();
+    this.session = null;
+    this.sessionChanged.emit(null);
+  }
+
+  _handleNewSession(session: FakeSession): void {
+    this.adopted.push(session);
+    this.session = session;
+    this.sessionChanged.emit(session);
+  }
+}
+
+/** The server's sessions, as the session manager lists them. */
+class FakeSessions {
+  models: Session.IModel[] = [];
+  refreshes = 0;
+
+  running(): IterableIterator<Session.IModel> {
+    return this.models[Symbol.iterator]();
+  }
+
+  async refreshRunning(): Promise<void> {
+    this.refreshes += 1;
+  }
+
+  connectTo({ model }: { model: Session.IModel }): FakeSession {
+    return sessionConnection(model.id, kernel(model.kernel!.id));
+  }
+}
+
+function model(path: string): Session.IModel {
+  return {
+    id: 'session-1',
+    path,
+    name: path,
+    type: 'notebook',
+    kernel: { id: 'kernel-1', name: 'python3' }
+  };
+}
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) {
+    await new Promise(resolve => setTimeout(resolve, 0));
+  }
+}
+
+describe('keepAttached', () => {
+  let ctx: FakeContext;
+  let sessions: FakeSessions;
+  let steady: boolean;
+
+  beforeEach(() => {
+    ctx = new FakeContext();
+    sessions = new FakeSessions();
+    steady = true;
+    ctx.session = sessionConnection('session-1', kernel('kernel-1'));
+    keepAttached(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      () => steady
+    );
+  });
+
+  it('points a dropped notebook back at its server session', async () => {
+    sessions.models = [model(ctx.path)];
+    ctx.drop();
+    await settle();
+    expect(sessions.refreshes).toBe(1);
+    expect(ctx.adopted).toHaveLength(1);
+    expect(ctx.session?.id).toBe('session-1');
+    expect(ctx.session?.kernel.id).toBe('kernel-1');
+  });
+
+  it('reattaches when only the kernel connection was disposed', async () => {
+    sessions.models = [model(ctx.path)];
+    ctx.session!.kernel.dispose();
+    ctx.connectionStatusChanged.emit('disconnected');
+    await settle();
+    expect(ctx.adopted).toHaveLength(1);
+    expect(ctx.session?.kernel.isDisposed).toBe(false);
+  });
+
+  it('leaves a notebook alone when the server session is gone too', async () => {
+    // The user shut the kernel down: no session on the server either.
+    sessions.models = [];
+    ctx.drop();
+    await settle();
+    expect(sessions.refreshes).toBe(1);
+    expect(ctx.adopted).toHaveLength(0);
+    expect(ctx.session).toBe(null);
+  });
+
+  it('does nothing during an operation', async () => {
+    sessions.models = [model(ctx.path)];
+    steady = false;
+    ctx.drop();
+    await settle();
+    expect(sessions.refreshes).toBe(0);
+    expect(ctx.adopted).toHaveLength(0);
+  });
+
+  it('does nothing while the notebook is attached', async () => {
+    sessions.models = [model(ctx.path)];
+    ctx.connectionStatusChanged.emit('connected');
+    await settle();
+    expect(sessions.refreshes).toBe(0);
+    expect(ctx.adopted).toHaveLength(0);
+  });
+});
