@@ -43,4 +43,7 @@ fi
 # No browser download: Playwright drives the system Chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 jlpm install
+# Type-check the tests (with the top-level TypeScript) before running them:
+# Playwright only strips the types.
+(cd .. && jlpm tsc -p ui-tests/tsconfig.json)
 exec jlpm playwright test "$@"

@@ -213,16 +213,65 @@ export async function screenshot(
   await page.screenshot({ path: path.join(SCREENSHOT_DIR, `${name}.png`) });
 }
 
-/** Add a code cell at the end, run it and return its text output. */
+/**
+ * Wait until the status bar says ready, the plugin has pointed the open
+ * notebooks back at their restored kernels, and this notebook's kernel is
+ * connected and idle: the moment a returning user can run the next cell.
+ */
+export async function waitRestored(
+  page: IJupyterLabPageFixture
+): Promise<void> {
+  const item = statusItem(page);
+  await expect(item).toHaveAttribute('data-state', 'ready');
+  await expect(item).toHaveAttribute('data-reconnecting', 'false');
+  await waitKernelConnected(page);
+}
+
+/**
+ * Add a code cell at the end, run it and return its text output.
+ *
+ * Galata's own wait for a run has no deadline: a run that never reaches the
+ * kernel would spin until the test times out and say nothing. This one fails
+ * after `timeoutMs` with what the browser and the server saw.
+ */
 export async function runNewCell(
   page: IJupyterLabPageFixture,
-  source: string
+  source: string,
+  timeoutMs = 60000
 ): Promise<string> {
   const before = await page.notebook.getCellCount();
   await page.notebook.addCell('code', source);
-  await page.notebook.runCell(before);
+  await page.notebook.runCell(before, { wait: false });
+  const deadline = Date.now() + timeoutMs;
+  while (
+    !(await page.evaluate(
+      index => window.galata.haveBeenExecuted(index),
+      before
+    ))
+  ) {
+    if (Date.now() > deadline) {
+      throw new Error(
+        `cell ${before} did not run within ${timeoutMs} ms: ${await runDiagnostics(page)}`
+      );
+    }
+    await page.waitForTimeout(100);
+  }
   const output = await page.notebook.getCellTextOutput(before);
   return (output ?? []).join('');
+}
+
+/** What the browser and the server say of the current notebook's kernel. */
+async function runDiagnostics(page: IJupyterLabPageFixture): Promise<string> {
+  const browser = await browserKernel(page);
+  const dialogs = await page.locator('.jp-Dialog').allInnerTexts();
+  const status = await statusItem(page).getAttribute('title');
+  const sessions = await page.request.get('/api/sessions');
+  return JSON.stringify({
+    browser,
+    dialogs,
+    statusBar: status,
+    serverSessions: sessions.ok() ? await sessions.json() : sessions.status()
+  });
 }
 
 /** Server-side sessions of a notebook path. */

@@ -21,7 +21,8 @@ import {
   shutdownSessionsUnder,
   statusItem,
   toolbarItem,
-  waitKernelConnected
+  waitKernelConnected,
+  waitRestored
 } from './helpers';
 
 // See shutdownSessionsUnder: JupyterLab must see the server's real sessions.
@@ -201,7 +202,7 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
 
   // Same kernel and session ids, reconnected without a manual restart; one
   // server session for the notebook (no duplicate).
-  await waitKernelConnected(page);
+  await waitRestored(page);
   const after = await browserKernel(page);
   expect(after.kernelId).toBe(before.kernelId);
   expect(after.sessionId).toBe(before.sessionId);
@@ -212,6 +213,31 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   expect(
     await runNewCell(page, "print(6 * 7, 'answer' in globals())")
   ).toContain('42 False');
+});
+
+test('a connection dropped by a late session list is reattached to the same session', async ({
+  page,
+  request,
+  tmpPath
+}) => {
+  const file = `${tmpPath}/dropped.ipynb`;
+  await openNotebook(page, file, ['kept = 7']);
+  await page.notebook.runCell(0);
+  const before = await browserKernel(page);
+  // What a session list computed while the kernels were stopped does when it
+  // arrives after the resume: JupyterLab disposes the notebook's connection.
+  await page.evaluate(() => {
+    const panel = (window as any).galata.app.shell.currentWidget;
+    panel.sessionContext.session.dispose();
+  });
+  await waitKernelConnected(page);
+  const after = await browserKernel(page);
+  expect(after.sessionId).toBe(before.sessionId);
+  expect(after.kernelId).toBe(before.kernelId);
+  // The same kernel process: the variable is still there, and no second
+  // session was started for the notebook.
+  expect(await runNewCell(page, 'print(kept * 6)')).toContain('42');
+  expect(await sessionsFor(request, file)).toHaveLength(1);
 });
 
 test('a suspend whose flush fails is aborted and nothing is released', async ({
@@ -440,6 +466,6 @@ test.describe('with the poll interval at one hour', () => {
     await expect(item).toHaveAttribute('data-state', 'ready', {
       timeout: 30000
     });
-    await waitKernelConnected(page);
+    await waitRestored(page);
   });
 });

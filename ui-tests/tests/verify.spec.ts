@@ -19,7 +19,7 @@ import {
   shutdownSessionsUnder,
   statusItem,
   toolbarItem,
-  waitKernelConnected
+  waitRestored
 } from './helpers';
 
 const VERDICT_MIME = 'application/vnd.jupyter-suspend.verdict+json';
@@ -46,8 +46,7 @@ test.describe('verify live state (needs the kernel side)', () => {
       202
     );
     expect((await serverIdle(request)).state).toBe('ready');
-    await expect(statusItem(page)).toHaveAttribute('data-state', 'ready');
-    await waitKernelConnected(page);
+    await waitRestored(page);
   });
 
   test.afterEach(async ({ request, tmpPath }) => {
@@ -148,7 +147,7 @@ test.describe('restore checkpoints after a cold restore (needs the kernel side)'
     const ready = await serverIdle(request);
     expect(ready.state).toBe('ready');
     expect(ready.last_restore?.checkpoints_restored_count).toBe(1);
-    await waitKernelConnected(page);
+    await waitRestored(page);
 
     // The resume put `marker` back; the user then loses it again.
     expect(await runNewCell(page, 'print(marker)\nmarker = 0')).toContain('41');
