@@ -228,7 +228,10 @@ def test_torch_module_and_state_dict_round_trip(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     half = torch.randn(5, 3).to(torch.bfloat16)
     state = OrderedDict((k, v.clone()) for k, v in model.state_dict().items())
-    gen = CheckpointStore(tmp_path).save([SaveItem("model", model), SaveItem("state", state), SaveItem("half", half)])
+    empty = torch.zeros(0, 4)
+    gen = CheckpointStore(tmp_path).save(
+        [SaveItem("model", model), SaveItem("state", state), SaveItem("half", half), SaveItem("empty", empty)]
+    )
     entry = gen.objects["model"]
     keys = [t["key"] for t in entry["data"]["tensors"]]
     assert keys == ["0.weight", "0.bias", "2.weight", "2.bias"]
@@ -248,6 +251,13 @@ def test_torch_module_and_state_dict_round_trip(tmp_path: Path) -> None:
         restored[0].bias.add_(1)
     assert observe(restored)["content_hash"] != entry["content_hash"]
     assert observe(restored)["tensors_hash"] != entry["tensors_hash"]
+    assert result.objects["empty"].shape == (0, 4)
+    # Loaded tensors live in numpy-allocated host memory: training goes on.
+    optimizer = torch.optim.SGD(restored.parameters(), lr=0.1)
+    before = restored[0].weight.detach().clone()
+    restored(x).sum().backward()
+    optimizer.step()
+    assert not torch.equal(restored[0].weight, before)
 
 
 def test_tensor_from_an_absent_device_loads_on_cpu_with_a_warning(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ the disk's bandwidth.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sys
 import threading
@@ -168,8 +169,18 @@ def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
         array = np.empty(shape, dtype=np.dtype(entry["dtype"]))
         return array, memoryview(array.reshape(-1).view(np.uint8))
     torch = _import_torch(entry)
-    tensor = torch.empty(shape, dtype=getattr(torch, entry["dtype"]))
-    return tensor, memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    dtype = getattr(torch, entry["dtype"])
+    # The host memory comes from numpy, whose allocator asks for transparent
+    # huge pages: torch's faults a fresh GiB in 4 KiB pages, several times
+    # slower than reading it from disk. The tensor is a view of it (any dtype,
+    # bfloat16 included, through a byte view); only resize_() is refused.
+    np = _import_numpy()
+    count = math.prod(shape)
+    if count == 0:
+        return torch.empty(shape, dtype=dtype), memoryview(b"")
+    host = np.empty(count * torch.empty((), dtype=dtype).element_size(), dtype=np.uint8)
+    tensor = torch.from_numpy(host).view(dtype).reshape(shape)
+    return tensor, memoryview(host)
 
 
 def _import_numpy() -> Any:
