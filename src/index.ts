@@ -2,8 +2,9 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
+import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -16,11 +17,7 @@ import { notifyCommands, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
-import {
-  keepAttached,
-  noticeStoppedKernels,
-  reconnectNotebooks
-} from './reconnect';
+import { keepAttached, noticeStoppedKernels, reconnectAll } from './reconnect';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
@@ -58,7 +55,8 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
     IDocumentManager,
     IStateDB,
     IRenderMimeRegistry,
-    ITranslator
+    ITranslator,
+    IConsoleTracker
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -69,7 +67,8 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
     docManager: IDocumentManager | null,
     stateDB: IStateDB | null,
     rendermime: IRenderMimeRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    consoles: IConsoleTracker | null
   ): ISuspendModel => {
     const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     let settings: ISettings = { ...DEFAULT_SETTINGS };
@@ -94,6 +93,30 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
     if (rendermime) {
       rendermime.addFactory(verdictRendererFactory(trans), 40);
     }
+
+    // Every open notebook and console: what a resume has to reconnect.
+    const openSessionContexts = (): ISessionContext[] => {
+      const contexts: ISessionContext[] = [];
+      tracker?.forEach(panel => contexts.push(panel.sessionContext));
+      consoles?.forEach(panel => contexts.push(panel.sessionContext));
+      return contexts;
+    };
+
+    // Only between operations: during a suspend or resume, sessions come and
+    // go on purpose and the ready-time reconnect below handles them.
+    const steady = (): boolean => {
+      const status = model.status;
+      return (
+        !!status &&
+        (status.state === 'running' || status.state === 'ready') &&
+        !status.operation?.in_progress &&
+        !model.reconnecting
+      );
+    };
+    const watch = (ctx: ISessionContext): void =>
+      keepAttached(ctx, app.serviceManager.sessions, steady);
+    tracker?.widgetAdded.connect((_, panel) => watch(panel.sessionContext));
+    consoles?.widgetAdded.connect((_, panel) => watch(panel.sessionContext));
 
     // React to what the server reports, whoever caused it (this tab, another
     // tab, the %suspend magic, the platform).
@@ -131,31 +154,14 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
             status.last_restore?.operation_id);
       const hadPrevious = previous !== null;
       previous = status;
-      if (restoredNow && hadPrevious && tracker) {
+      if (restoredNow && hadPrevious) {
         model.setReconnecting(true);
-        void reconnectNotebooks(tracker, app.serviceManager).finally(() =>
-          model.setReconnecting(false)
+        void reconnectAll(openSessionContexts(), app.serviceManager).finally(
+          () => model.setReconnecting(false)
         );
       }
       void notifier.check(status);
     });
-
-    if (tracker) {
-      // Only between operations: during a suspend or resume, sessions come
-      // and go on purpose and the ready-time reconnect above handles them.
-      const steady = (): boolean => {
-        const status = model.status;
-        return (
-          !!status &&
-          (status.state === 'running' || status.state === 'ready') &&
-          !status.operation?.in_progress &&
-          !model.reconnecting
-        );
-      };
-      tracker.widgetAdded.connect((_, panel) =>
-        keepAttached(panel.sessionContext, app.serviceManager.sessions, steady)
-      );
-    }
 
     if (statusBar) {
       const item = new SuspendStatusItem(model, {

@@ -1,5 +1,5 @@
 /**
- * Reconnect open notebooks to kernels that a resume restarted.
+ * Reconnect open notebooks and consoles to kernels that a resume restarted.
  *
  * The local backend stops kernels on suspend and starts them again under the
  * SAME kernel and session ids. Meanwhile JupyterLab's session manager polls
@@ -11,7 +11,6 @@
  * whose path has a server session again is pointed back at it.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
-import type { INotebookTracker } from '@jupyterlab/notebook';
 import type { Session, ServiceManager } from '@jupyterlab/services';
 
 export type ReconnectOutcome =
@@ -106,19 +105,18 @@ export async function reconnectContext(
 
 /**
  * After a resume: refresh what the browser knows of sessions and kernels and
- * reconnect every open notebook. Returns the outcome per notebook path.
+ * reconnect every open notebook and console (their session contexts). Returns
+ * the outcome per session path.
  */
-export async function reconnectNotebooks(
-  tracker: INotebookTracker,
+export async function reconnectAll(
+  contexts: ISessionContext[],
   services: ServiceManager.IManager
 ): Promise<Map<string, ReconnectOutcome>> {
   await services.kernels.refreshRunning();
   await services.sessions.refreshRunning();
   const outcomes = new Map<string, ReconnectOutcome>();
-  const panels: ISessionContext[] = [];
-  tracker.forEach(panel => panels.push(panel.sessionContext));
   await Promise.all(
-    panels.map(async ctx => {
+    contexts.map(async ctx => {
       try {
         outcomes.set(ctx.path, await reconnectContext(ctx, services.sessions));
       } catch (reason) {
@@ -133,7 +131,7 @@ export async function reconnectNotebooks(
 }
 
 /**
- * Keep a notebook attached to its server session when its connection is
+ * Keep a notebook or console attached to its server session when its connection is
  * dropped behind the user's back while the environment is steady.
  *
  * JupyterLab's session and kernel lists are polled; one computed while a

@@ -240,6 +240,63 @@ test('a connection dropped by a late session list is reattached to the same sess
   expect(await sessionsFor(request, file)).toHaveLength(1);
 });
 
+test('an open console is reconnected after a resume, like the notebooks', async ({
+  page,
+  request
+}) => {
+  await page.evaluate(() =>
+    (window as any).galata.app.commands.execute('console:create', {
+      kernelPreference: { name: 'python3' }
+    })
+  );
+  const consoleKernel = () =>
+    page.evaluate(() => {
+      const panel = (window as any).galata.app.shell.currentWidget;
+      const session = panel?.sessionContext?.session;
+      return {
+        sessionId: session?.id ?? null,
+        kernelId: session?.kernel?.id ?? null,
+        ready:
+          session?.kernel?.connectionStatus === 'connected' &&
+          session?.kernel?.status === 'idle'
+      };
+    });
+  const run = async (code: string): Promise<void> => {
+    await expect.poll(async () => (await consoleKernel()).ready).toBe(true);
+    await page.evaluate(
+      c => (window as any).galata.app.shell.currentWidget.console.inject(c),
+      code
+    );
+  };
+  await run('seen = 6 * 7');
+  const before = await consoleKernel();
+  expect(before.kernelId).not.toBeNull();
+
+  expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
+    202
+  );
+  expect((await serverIdle(request)).state).toBe('suspended');
+  expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
+    202
+  );
+  expect((await serverIdle(request)).state).toBe('ready');
+  const item = statusItem(page);
+  await expect(item).toHaveAttribute('data-state', 'ready');
+  await expect(item).toHaveAttribute('data-reconnecting', 'false');
+
+  await run("print('after', 'seen' in globals())");
+  await expect(
+    page.locator('.jp-CodeConsole .jp-OutputArea-output', {
+      hasText: 'after False'
+    })
+  ).toBeVisible();
+  const after = await consoleKernel();
+  expect(after.sessionId).toBe(before.sessionId);
+  expect(after.kernelId).toBe(before.kernelId);
+  // The console's session is not left to the notebooks' afterEach.
+  await request.delete(`/api/sessions/${after.sessionId}`);
+});
+
 test('a suspend whose flush fails is aborted and nothing is released', async ({
   page,
   tmpPath,
