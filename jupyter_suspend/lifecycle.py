@@ -41,6 +41,8 @@ from .workspace import KernelRecord, KernelReply, Workspace
 EventSink = Callable[[dict[str, Any]], None]
 #: Seconds during which a preflight counts as the start of the suspend flow.
 PREFLIGHT_ACTIVITY_WINDOW = 300.0
+#: How long a preflight waits for a kernel the server reports busy.
+PREFLIGHT_BUSY_GRACE_SECONDS = 1.0
 
 
 @dataclass
@@ -311,14 +313,17 @@ class Lifecycle:
         kernels = await self.workspace.kernels()
 
         async def probe(record: KernelRecord) -> KernelReply:
-            # A busy kernel could only answer after its cell ends (and the
-            # kernel that runs %suspend --dry-run is busy running it): report
-            # it as busy at once rather than hang the preflight.
+            timeout = min(5.0, self.settings.flush_kernel_timeout)
             if record.execution_state == "busy":
+                # A busy kernel could only answer after its cell ends (and the
+                # kernel that runs %suspend --dry-run is busy running it), so
+                # it gets a short chance only. Short, not none: the server's
+                # execution_state lags a moment behind a cell that just ended.
+                timeout = min(timeout, PREFLIGHT_BUSY_GRACE_SECONDS)
+            reply = await self.workspace.kernel_request(record.kernel_id, "probe", timeout)
+            if record.execution_state == "busy" and reply.outcome in ("timeout", "expired"):
                 return KernelReply(record.kernel_id, "timeout", "kernel is busy running a cell")
-            return await self.workspace.kernel_request(
-                record.kernel_id, "probe", min(5.0, self.settings.flush_kernel_timeout)
-            )
+            return reply
 
         probes = await asyncio.gather(*(probe(k) for k in kernels))
         per_kernel = [

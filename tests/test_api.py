@@ -230,6 +230,23 @@ async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> N
         assert flushed["detail"]["kernels"][0]["status"] == "busy_skipped"
 
 
+async def test_dry_run_asks_a_kernel_reported_busy_before_calling_it_busy(suspend_api: SuspendClient) -> None:
+    session = await suspend_api.open_notebook()
+    kernel_id = session["kernel"]["id"]
+    await suspend_api.run(kernel_id, checkpoint_handler_code())
+    # The server's execution_state lags a moment behind a cell that just ended.
+    suspend_api.serverapp.kernel_manager.get_kernel(kernel_id).execution_state = "busy"
+    preflight = await suspend_api.json("POST", "suspend", {"dry_run": True})
+    assert preflight["kernels"][0]["helper"] == "loaded"
+    assert preflight["would_abort"] == []
+
+    async with suspend_api.busy(kernel_id, 6):
+        preflight = await suspend_api.json("POST", "suspend", {"dry_run": True})
+        assert preflight["kernels"][0]["helper"] == "busy"
+        assert preflight["kernels"][0]["helper_message"] == "kernel is busy running a cell"
+        assert len(preflight["would_abort"]) == 1
+
+
 async def test_checkpoint_only_flushes(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
