@@ -70,6 +70,28 @@ class KernelReply:
         return asdict(self)
 
 
+def close_kernel_websockets(kernel_id: str) -> int:
+    """Close the browsers' websockets to a kernel that was stopped; returns how many.
+
+    jupyter_server leaves them open when a kernel is shut down by someone else
+    than the browser (usually it is the browser that asks), still bound to the
+    stopped kernel's ZMQ ports: a kernel started again under the same id, as a
+    resume does, would never see what the browser sends on them, and a cell
+    run would wait forever. Closed, the browser's kernel connection reconnects,
+    to the new kernel once it runs.
+    """
+    try:
+        from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+    except ImportError:  # another kernel websocket implementation: nothing to close here
+        return 0
+    closed = 0
+    for connection in list(getattr(ZMQChannelsWebsocketConnection, "_open_sockets", ())):
+        if connection.kernel_id == kernel_id:
+            connection.websocket_handler.close()  # its on_close tears the ZMQ streams down
+            closed += 1
+    return closed
+
+
 def own_client(km: Any) -> Any:
     """A client of the kernel with a session (and so a ZMQ identity) of its own.
 
@@ -165,15 +187,19 @@ class Workspace:
         return records
 
     async def stop_kernel(self, record: KernelRecord) -> None:
-        """Shut a kernel down; its session row goes with it."""
-        if record.session_id is not None:
-            try:
-                await ensure_async(self.session_manager.delete_session(record.session_id))
-                return
-            except KeyError:
-                pass  # the session vanished; make sure the kernel goes too
-        if record.kernel_id in self.kernel_manager:
-            await ensure_async(self.kernel_manager.shutdown_kernel(record.kernel_id))
+        """Shut a kernel down; its session row goes with it, and so do the
+        browsers' websockets to it."""
+        try:
+            if record.session_id is not None:
+                try:
+                    await ensure_async(self.session_manager.delete_session(record.session_id))
+                    return
+                except KeyError:
+                    pass  # the session vanished; make sure the kernel goes too
+            if record.kernel_id in self.kernel_manager:
+                await ensure_async(self.kernel_manager.shutdown_kernel(record.kernel_id))
+        finally:
+            close_kernel_websockets(record.kernel_id)
 
     async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
         """Start a kernel under the recorded id and re-create its session row,
