@@ -70,26 +70,37 @@ class KernelReply:
         return asdict(self)
 
 
-def close_kernel_websockets(kernel_id: str) -> int:
-    """Close the browsers' websockets to a kernel that was stopped; returns how many.
+#: How long a stop waits for the browsers' websockets to its kernel to close
+#: (tornado aborts a close handshake the client does not answer after 5 s).
+WEBSOCKET_CLOSE_TIMEOUT = 10.0
+
+
+async def close_kernel_websockets(kernel_id: str, timeout: float = WEBSOCKET_CLOSE_TIMEOUT) -> int:
+    """Close the browsers' websockets to a stopped kernel; returns how many.
 
     jupyter_server leaves them open when a kernel is shut down by someone else
     than the browser (usually it is the browser that asks), still bound to the
     stopped kernel's ZMQ ports: a kernel started again under the same id, as a
-    resume does, would never see what the browser sends on them, and a cell
-    run would wait forever. Closed, the browser's kernel connection reconnects,
-    to the new kernel once it runs.
+    resume does, would never see what the browser sends on them. Closed, the
+    browser's kernel connection reconnects, to the new kernel once it runs.
+
+    Waits until each connection is torn down: a teardown that lands after a
+    resume started the kernel again under the same id acts on the new kernel
+    (it takes one off its connection count, which the tests show, and its
+    code would buffer the stopped kernel's channels for that session key).
     """
     try:
         from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
     except ImportError:  # another kernel websocket implementation: nothing to close here
         return 0
-    closed = 0
+    closing = []
     for connection in list(getattr(ZMQChannelsWebsocketConnection, "_open_sockets", ())):
         if connection.kernel_id == kernel_id:
             connection.websocket_handler.close()  # its on_close tears the ZMQ streams down
-            closed += 1
-    return closed
+            closing.append(asyncio.wrap_future(connection._close_future))
+    if closing:
+        await asyncio.wait(closing, timeout=timeout)
+    return len(closing)
 
 
 def own_client(km: Any) -> Any:
@@ -199,7 +210,7 @@ class Workspace:
             if record.kernel_id in self.kernel_manager:
                 await ensure_async(self.kernel_manager.shutdown_kernel(record.kernel_id))
         finally:
-            close_kernel_websockets(record.kernel_id)
+            await close_kernel_websockets(record.kernel_id)
 
     async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
         """Start a kernel under the recorded id and re-create its session row,

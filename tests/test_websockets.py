@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado.websocket import WebSocketClientConnection
 
 from .conftest import SuspendClient
@@ -84,10 +85,13 @@ async def test_suspend_closes_kernel_websockets_and_resume_serves_new_ones(
     ws = await jp_ws_fetch("api", "kernels", kernel_id, "channels")
     assert "6 7" in await run_over_websocket(ws, "print(6, 7)")
 
+    # Read all along, as a browser does (an unread tornado client would not
+    # answer the close handshake and the server would wait for its timeout).
+    closed = asyncio.ensure_future(closed_within(ws, 30.0))
     status = await suspend_api.suspend()
     assert status["state"] == "suspended"
     # Closed by the server: the browser learns at once that its kernel went away.
-    assert await closed_within(ws, 10.0)
+    assert await closed
 
     status = await suspend_api.resume()
     assert status["state"] == "ready"
@@ -96,3 +100,38 @@ async def test_suspend_closes_kernel_websockets_and_resume_serves_new_ones(
         assert "True" in await run_over_websocket(again, "print('x' not in globals())")
     finally:
         again.close()
+
+
+async def test_a_browser_slow_to_close_gets_fresh_channels_with_its_session_id(
+    suspend_api: SuspendClient, jp_ws_fetch: Any
+) -> None:
+    # A connection torn down only after the resume started the kernel again
+    # under the same id would act on the new kernel. JupyterLab reconnects
+    # under its own session id, as here.
+    session = await suspend_api.open_notebook()
+    kernel_id = session["kernel"]["id"]
+    client_session = {"session_id": uuid.uuid4().hex}
+    ws = await jp_ws_fetch("api", "kernels", kernel_id, "channels", params=client_session)
+    assert "1" in await run_over_websocket(ws, "print(1)")
+    # This client reads nothing from now on: it answers the close handshake
+    # late (tornado's server gives up on it after 5 s).
+    await ws.write_message(execute_request("pass", uuid.uuid4().hex))
+
+    assert (await suspend_api.suspend())["state"] == "suspended"
+    assert (await suspend_api.resume())["state"] == "ready"
+    # Reconnect only once the old connection is gone on the server, however
+    # late that is.
+    deadline = time.monotonic() + 30
+    while any(c.kernel_id == kernel_id for c in list(ZMQChannelsWebsocketConnection._open_sockets)):
+        assert time.monotonic() < deadline, "the old kernel websocket was never torn down"
+        await asyncio.sleep(0.1)
+    again = await jp_ws_fetch("api", "kernels", kernel_id, "channels", params=client_session)
+    try:
+        assert "back" in await run_over_websocket(again, "print('back')", timeout=15)
+        # One browser connected, as the server counts it (a teardown of the old
+        # connection landing on the new kernel would have taken one off).
+        response = await suspend_api.fetch("api", "kernels", kernel_id)
+        assert json.loads(response.body)["connections"] == 1
+    finally:
+        again.close()
+        ws.close()
