@@ -169,6 +169,11 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   // It closes by itself (and must not linger into the next screenshots).
   await expect(noKernel).toHaveCount(0, { timeout: 30000 });
 
+  // A page opened after an earlier test's restore announced that one once.
+  const coldToasts = page.locator('.Toastify__toast', {
+    hasText: 'Cold restore'
+  });
+  const announcedBefore = await coldToasts.count();
   await toolbarItem(page, 'jupyter-suspend:resume')
     .locator('jp-button')
     .click();
@@ -189,7 +194,8 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   expect(states.indexOf('ready', suspendedAt)).toBeGreaterThan(suspendedAt);
 
   // The cold restore is announced once, with the way back to the checkpoints.
-  const toast = page.locator('.Toastify__toast', { hasText: 'Cold restore' });
+  await expect(coldToasts).toHaveCount(announcedBefore + 1);
+  const toast = coldToasts.last();
   await expect(toast).toBeVisible();
   await expect(
     toast.getByRole('button', { name: 'Restore checkpoints' })
