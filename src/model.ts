@@ -184,7 +184,7 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   private async _tick(): Promise<void> {
     // An event refreshes the poll while a fetch may still be on its way; the
     // older answer must not overwrite a newer one (ready -> restoring -> ready
-    // would announce the same restore twice).
+    // would run the reconnect after a restore twice).
     const sequence = ++this._fetchSequence;
     let status: IStatus;
     try {

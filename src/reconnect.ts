@@ -131,8 +131,9 @@ export async function reconnectAll(
 }
 
 /**
- * Keep a notebook or console attached to its server session when its connection is
- * dropped behind the user's back while the environment is steady.
+ * Keep a notebook or console attached to its server session when its
+ * connection is dropped behind the user's back while the environment is
+ * steady.
  *
  * JupyterLab's session and kernel lists are polled; one computed while a
  * suspend had stopped the kernels can arrive after the resume and dispose a
