@@ -17,7 +17,11 @@ import { notifyCommands, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
-import { keepAttached, noticeStoppedKernels, reconnectAll } from './reconnect';
+import {
+  keepAttached,
+  reconnectAll,
+  refreshSessionsAndKernels
+} from './reconnect';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
@@ -144,7 +148,9 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
         previous.state !== 'suspended' &&
         status.state === 'suspended'
       ) {
-        void noticeStoppedKernels(app.serviceManager).catch(() => undefined);
+        void refreshSessionsAndKernels(app.serviceManager).catch(
+          () => undefined
+        );
       }
       const restoredNow =
         status.state === 'ready' &&

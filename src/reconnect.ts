@@ -112,8 +112,7 @@ export async function reconnectAll(
   contexts: ISessionContext[],
   services: ServiceManager.IManager
 ): Promise<Map<string, ReconnectOutcome>> {
-  await services.kernels.refreshRunning();
-  await services.sessions.refreshRunning();
+  await refreshSessionsAndKernels(services);
   const outcomes = new Map<string, ReconnectOutcome>();
   await Promise.all(
     contexts.map(async ctx => {
@@ -177,10 +176,11 @@ function dropped(ctx: ISessionContext): boolean {
 }
 
 /**
- * After a suspend: make the browser notice at once that the kernels are gone
- * (instead of at its next 10 s poll), so notebooks show it consistently.
+ * Refresh what the browser knows of sessions and kernels now rather than at
+ * its next 10 s poll: after a suspend, so notebooks show at once that their
+ * kernels are gone; after a resume, before reconnecting them.
  */
-export async function noticeStoppedKernels(
+export async function refreshSessionsAndKernels(
   services: ServiceManager.IManager
 ): Promise<void> {
   await services.kernels.refreshRunning();
