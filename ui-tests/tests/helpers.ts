@@ -123,7 +123,7 @@ export async function openNotebook(
   await waitKernelConnected(page);
 }
 
-/** The current notebook's kernel, as the browser sees it. */
+/** The current notebook's (or console's) kernel, as the browser sees it. */
 export async function browserKernel(page: IJupyterLabPageFixture): Promise<{
   sessionId: string | null;
   kernelId: string | null;

@@ -256,27 +256,16 @@ test('an open console is reconnected after a resume, like the notebooks', async 
       kernelPreference: { name: 'python3' }
     })
   );
-  const consoleKernel = () =>
-    page.evaluate(() => {
-      const panel = (window as any).galata.app.shell.currentWidget;
-      const session = panel?.sessionContext?.session;
-      return {
-        sessionId: session?.id ?? null,
-        kernelId: session?.kernel?.id ?? null,
-        ready:
-          session?.kernel?.connectionStatus === 'connected' &&
-          session?.kernel?.status === 'idle'
-      };
-    });
+  // browserKernel and waitKernelConnected read the current widget: the console.
   const run = async (code: string): Promise<void> => {
-    await expect.poll(async () => (await consoleKernel()).ready).toBe(true);
+    await waitKernelConnected(page);
     await page.evaluate(
       c => (window as any).galata.app.shell.currentWidget.console.inject(c),
       code
     );
   };
   await run('seen = 6 * 7');
-  const before = await consoleKernel();
+  const before = await browserKernel(page);
   expect(before.kernelId).not.toBeNull();
 
   expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
@@ -287,9 +276,7 @@ test('an open console is reconnected after a resume, like the notebooks', async 
     202
   );
   expect((await serverIdle(request)).state).toBe('ready');
-  const item = statusItem(page);
-  await expect(item).toHaveAttribute('data-state', 'ready');
-  await expect(item).toHaveAttribute('data-reconnecting', 'false');
+  await waitRestored(page);
 
   await run("print('after', 'seen' in globals())");
   await expect(
@@ -297,7 +284,7 @@ test('an open console is reconnected after a resume, like the notebooks', async 
       hasText: 'after False'
     })
   ).toBeVisible();
-  const after = await consoleKernel();
+  const after = await browserKernel(page);
   expect(after.sessionId).toBe(before.sessionId);
   expect(after.kernelId).toBe(before.kernelId);
   // The console's session is not left to the notebooks' afterEach.
