@@ -314,14 +314,15 @@ class Lifecycle:
 
         async def probe(record: KernelRecord) -> KernelReply:
             timeout = min(5.0, self.settings.flush_kernel_timeout)
-            if record.execution_state == "busy":
+            reported_busy = record.execution_state == "busy"
+            if reported_busy:
                 # A busy kernel could only answer after its cell ends (and the
                 # kernel that runs %suspend --dry-run is busy running it), so
                 # it gets a short chance only. Short, not none: the server's
                 # execution_state lags a moment behind a cell that just ended.
                 timeout = min(timeout, PREFLIGHT_BUSY_GRACE_SECONDS)
             reply = await self.workspace.kernel_request(record.kernel_id, "probe", timeout)
-            if record.execution_state == "busy" and reply.outcome in ("timeout", "expired"):
+            if reported_busy and reply.outcome in ("timeout", "expired"):
                 return KernelReply(record.kernel_id, "timeout", "kernel is busy running a cell")
             return reply
 
