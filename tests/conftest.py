@@ -181,6 +181,10 @@ class SuspendClient:
     async def busy(self, kernel_id: str, seconds: float) -> AsyncIterator[None]:
         """A cell that keeps the kernel busy for ``seconds``, as a user's long cell would."""
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        # Earlier requests must have settled first: their late "idle" would
+        # otherwise arrive after the server saw this cell go busy, or a
+        # "busy" still pending would pass for this cell's own.
+        await self.wait_until_idle(kernel_id)
         client = own_client(km)
         client.start_channels()
         try:
@@ -189,6 +193,15 @@ class SuspendClient:
             yield
         finally:
             client.stop_channels()
+
+    async def wait_until_idle(self, kernel_id: str, timeout: float = 30.0) -> None:
+        """The server learns a kernel's state from its status messages, a
+        moment after the cell's reply: wait until it has seen the kernel idle."""
+        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+        deadline = time.monotonic() + timeout
+        while km.execution_state != "idle":
+            assert time.monotonic() < deadline, f"kernel {kernel_id} still {km.execution_state}"
+            await asyncio.sleep(0.02)
 
     async def wait_until_busy(self, kernel_id: str, timeout: float = 30.0) -> None:
         """Wait until the server has seen the kernel go busy (a cell is running)."""

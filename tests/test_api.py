@@ -234,6 +234,7 @@ async def test_dry_run_asks_a_kernel_reported_busy_before_calling_it_busy(suspen
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
     await suspend_api.run(kernel_id, checkpoint_handler_code())
+    await suspend_api.wait_until_idle(kernel_id)
     # The server's execution_state lags a moment behind a cell that just ended.
     suspend_api.serverapp.kernel_manager.get_kernel(kernel_id).execution_state = "busy"
     preflight = await suspend_api.json("POST", "suspend", {"dry_run": True})

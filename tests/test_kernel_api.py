@@ -34,16 +34,6 @@ async def verdict(api: SuspendClient, kernel_id: str, names: str = "") -> tuple[
     return bundle["text/plain"], bundle[VERDICT_MIME]
 
 
-async def server_sees_idle(api: SuspendClient, kernel_id: str, timeout: float = 10.0) -> None:
-    """The server learns a kernel's state from its status messages, a moment
-    after the cell's reply: wait for it before asking for a preflight."""
-    km = api.serverapp.kernel_manager.get_kernel(kernel_id)
-    deadline = time.monotonic() + timeout
-    while km.execution_state != "idle":
-        assert time.monotonic() < deadline, km.execution_state
-        await asyncio.sleep(0.02)
-
-
 def journal(state_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (state_dir / "journal.jsonl").read_text().splitlines() if line]
 
@@ -417,17 +407,17 @@ async def test_unload_unregisters_handlers_and_reload_keeps_the_canary(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
     kernel_id = await open_with_extension(suspend_api, "unload.ipynb", SETUP)
-    await server_sees_idle(suspend_api, kernel_id)
+    await suspend_api.wait_until_idle(kernel_id)
     loaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
     assert loaded["kernels"][0]["helper"] == "loaded"
     before = await suspend_api.run(kernel_id, "from jupyter_suspend.kernel import canary\nprint(canary.canary_hash())")
     reply = await suspend_api.run(kernel_id, "%unload_ext jupyter_suspend\n%checkpoint list")
     assert "UsageError: Line magic function `%checkpoint` not found" in reply["stdout"]
-    await server_sees_idle(suspend_api, kernel_id)
+    await suspend_api.wait_until_idle(kernel_id)
     unloaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
     assert unloaded["kernels"][0]["helper"] == "absent"
     after = await suspend_api.run(kernel_id, "%load_ext jupyter_suspend\nprint(canary.canary_hash())")
     assert after["stdout"] == before["stdout"]  # one canary per process
-    await server_sees_idle(suspend_api, kernel_id)
+    await suspend_api.wait_until_idle(kernel_id)
     reloaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
     assert reloaded["kernels"][0]["registered"] == ["vocab", "weights"]
