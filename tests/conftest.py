@@ -194,22 +194,21 @@ class SuspendClient:
         finally:
             client.stop_channels()
 
-    async def wait_until_idle(self, kernel_id: str, timeout: float = 30.0) -> None:
+    async def wait_until_idle(self, kernel_id: str, timeout: float = 10.0) -> None:
         """The server learns a kernel's state from its status messages, a
         moment after the cell's reply: wait until it has seen the kernel idle."""
-        km = self.serverapp.kernel_manager.get_kernel(kernel_id)
-        deadline = time.monotonic() + timeout
-        while km.execution_state != "idle":
-            assert time.monotonic() < deadline, f"kernel {kernel_id} still {km.execution_state}"
-            await asyncio.sleep(0.02)
+        await self._wait_for_execution_state(kernel_id, "idle", timeout)
 
     async def wait_until_busy(self, kernel_id: str, timeout: float = 30.0) -> None:
         """Wait until the server has seen the kernel go busy (a cell is running)."""
+        await self._wait_for_execution_state(kernel_id, "busy", timeout)
+
+    async def _wait_for_execution_state(self, kernel_id: str, state: str, timeout: float) -> None:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
         deadline = time.monotonic() + timeout
-        while km.execution_state != "busy":
-            assert time.monotonic() < deadline, f"kernel {kernel_id} never went busy"
-            await asyncio.sleep(0.05)
+        while km.execution_state != state:
+            assert time.monotonic() < deadline, f"kernel {kernel_id} still {km.execution_state}, not {state}"
+            await asyncio.sleep(0.02)
 
     def kernel_pid(self, kernel_id: str) -> int:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
