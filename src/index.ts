@@ -18,7 +18,7 @@ import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
 import {
-  keepAttached,
+  AttachmentKeeper,
   reconnectAll,
   refreshSessionsAndKernels
 } from './reconnect';
@@ -117,10 +117,23 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
         !model.reconnecting
       );
     };
-    const watch = (ctx: ISessionContext): void =>
-      keepAttached(ctx, app.serviceManager.sessions, steady);
-    tracker?.widgetAdded.connect((_, panel) => watch(panel.sessionContext));
-    consoles?.widgetAdded.connect((_, panel) => watch(panel.sessionContext));
+    const keeper = new AttachmentKeeper(app.serviceManager.sessions, steady);
+    tracker?.widgetAdded.connect((_, panel) =>
+      keeper.watch(panel.sessionContext)
+    );
+    consoles?.widgetAdded.connect((_, panel) =>
+      keeper.watch(panel.sessionContext)
+    );
+    // A connection dropped while not steady (a stale session list landing
+    // during the resume's own reconnect) is looked at once it is steady.
+    let wasSteady = steady();
+    model.stateChanged.connect(() => {
+      const now = steady();
+      if (now && !wasSteady) {
+        keeper.recheckAll();
+      }
+      wasSteady = now;
+    });
 
     // React to what the server reports, whoever caused it (this tab, another
     // tab, the %suspend magic, the platform).

@@ -35,13 +35,21 @@ function isHealthy(ctx: ISessionContext, model: Session.IModel): boolean {
   );
 }
 
-/** Wait until the context's kernel connection is open (or time out). */
+/**
+ * Wait until the context's kernel connection is open (or time out). Fails at
+ * once when the connection is dropped meanwhile (a stale session or kernel
+ * list disposed it): waiting on would only run out the clock, and the caller
+ * can reattach instead.
+ */
 async function waitConnected(
   ctx: ISessionContext,
   timeoutMs: number
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
+    if (ctx.isDisposed || dropped(ctx)) {
+      throw new Error('the connection was dropped while reconnecting');
+    }
     const kernel = ctx.session?.kernel;
     if (kernel && kernel.connectionStatus === 'connected') {
       return;
@@ -51,11 +59,13 @@ async function waitConnected(
         clearTimeout(timer);
         ctx.connectionStatusChanged.disconnect(done);
         ctx.kernelChanged.disconnect(done);
+        ctx.sessionChanged.disconnect(done);
         resolve();
       };
       const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
       ctx.connectionStatusChanged.connect(done);
       ctx.kernelChanged.connect(done);
+      ctx.sessionChanged.connect(done);
     });
   }
   throw new Error('the kernel connection did not open in time');
@@ -130,8 +140,8 @@ export async function reconnectAll(
 }
 
 /**
- * Keep a notebook or console attached to its server session when its
- * connection is dropped behind the user's back while the environment is
+ * Keep notebooks and consoles attached to their server sessions when their
+ * connections are dropped behind the user's back while the environment is
  * steady.
  *
  * JupyterLab's session and kernel lists are polled; one computed while a
@@ -141,32 +151,65 @@ export async function reconnectAll(
  * be dropped, or start a second kernel. The server session still exists, so
  * the notebook is pointed back at it. A user's own shutdown removes the
  * server session too, and then nothing happens.
+ *
+ * A drop while the environment is not steady (during an operation, or while
+ * the resume's own reconnect runs) is left to that operation; call
+ * `recheckAll` when it becomes steady again, or such a drop would stay.
  */
-export function keepAttached(
-  ctx: ISessionContext,
-  sessions: Session.IManager,
-  steady: () => boolean
-): void {
-  let checking = false;
-  const check = async (): Promise<void> => {
-    if (checking || ctx.isDisposed || !steady() || !dropped(ctx)) {
+export class AttachmentKeeper {
+  constructor(
+    private readonly _sessions: Session.IManager,
+    private readonly _steady: () => boolean
+  ) {}
+
+  /** Watch one notebook's or console's session context. */
+  watch(ctx: ISessionContext): void {
+    this._contexts.add(ctx);
+    ctx.sessionChanged.connect(() => void this.check(ctx));
+    ctx.connectionStatusChanged.connect(() => void this.check(ctx));
+  }
+
+  /** Check every watched context (the environment just became steady). */
+  recheckAll(): void {
+    for (const ctx of Array.from(this._contexts)) {
+      if (ctx.isDisposed) {
+        this._contexts.delete(ctx);
+      } else {
+        void this.check(ctx);
+      }
+    }
+  }
+
+  /** Reattach `ctx` if it was dropped and the environment is steady. */
+  async check(ctx: ISessionContext): Promise<void> {
+    if (this._checking.has(ctx)) {
+      // Look again when this check ends: what it saw may be stale already.
+      this._again.add(ctx);
       return;
     }
-    checking = true;
+    if (ctx.isDisposed || !this._steady() || !dropped(ctx)) {
+      return;
+    }
+    this._checking.add(ctx);
     try {
-      await sessions.refreshRunning();
+      await this._sessions.refreshRunning();
       // A reconnect running elsewhere may have attached it meanwhile.
-      if (!ctx.isDisposed && steady() && dropped(ctx)) {
-        await reconnectContext(ctx, sessions);
+      if (!ctx.isDisposed && this._steady() && dropped(ctx)) {
+        await reconnectContext(ctx, this._sessions);
       }
     } catch (reason) {
       console.warn(`jupyter-suspend: could not reattach ${ctx.path}`, reason);
     } finally {
-      checking = false;
+      this._checking.delete(ctx);
+      if (this._again.delete(ctx)) {
+        void this.check(ctx);
+      }
     }
-  };
-  ctx.sessionChanged.connect(() => void check());
-  ctx.connectionStatusChanged.connect(() => void check());
+  }
+
+  private readonly _contexts = new Set<ISessionContext>();
+  private readonly _checking = new Set<ISessionContext>();
+  private readonly _again = new Set<ISessionContext>();
 }
 
 /** No session, or a session whose kernel connection was disposed. */

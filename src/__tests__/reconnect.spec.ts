@@ -2,7 +2,7 @@ import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Session } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import { keepAttached } from '../reconnect';
+import { AttachmentKeeper, reconnectContext } from '../reconnect';
 
 /** A kernel connection as far as the reconnect logic looks at it. */
 function kernel(id: string, connected = true) {
@@ -69,8 +69,11 @@ class FakeSessions {
     this.refreshes += 1;
   }
 
+  /** Whether the connections handed out are open at once. */
+  connects = true;
+
   connectTo({ model }: { model: Session.IModel }): FakeSession {
-    return sessionConnection(model.id, kernel(model.kernel!.id));
+    return sessionConnection(model.id, kernel(model.kernel!.id, this.connects));
   }
 }
 
@@ -90,21 +93,22 @@ async function settle(): Promise<void> {
   }
 }
 
-describe('keepAttached', () => {
+describe('AttachmentKeeper', () => {
   let ctx: FakeContext;
   let sessions: FakeSessions;
   let steady: boolean;
+  let keeper: AttachmentKeeper;
 
   beforeEach(() => {
     ctx = new FakeContext();
     sessions = new FakeSessions();
     steady = true;
     ctx.session = sessionConnection('session-1', kernel('kernel-1'));
-    keepAttached(
-      ctx as unknown as ISessionContext,
+    keeper = new AttachmentKeeper(
       sessions as unknown as Session.IManager,
       () => steady
     );
+    keeper.watch(ctx as unknown as ISessionContext);
   });
 
   it('points a dropped notebook back at its server session', async () => {
@@ -151,5 +155,72 @@ describe('keepAttached', () => {
     await settle();
     expect(sessions.refreshes).toBe(0);
     expect(ctx.adopted).toHaveLength(0);
+  });
+
+  it('reattaches a drop from an operation once steady again', async () => {
+    // A stale session list lands while the resume's reconnect still runs.
+    sessions.models = [model(ctx.path)];
+    steady = false;
+    ctx.drop();
+    await settle();
+    expect(ctx.adopted).toHaveLength(0);
+    steady = true;
+    keeper.recheckAll();
+    await settle();
+    expect(ctx.adopted).toHaveLength(1);
+    expect(ctx.session?.kernel.isDisposed).toBe(false);
+  });
+
+  it('looks again when a drop lands during its own check', async () => {
+    const warn = jest.spyOn(console, 'warn').mockImplementation(() => {});
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false;
+    ctx.drop();
+    await settle();
+    // Reattached, still opening; then a stale list drops it again.
+    expect(ctx.adopted).toHaveLength(1);
+    ctx.drop();
+    await settle();
+    expect(sessions.refreshes).toBe(2);
+    expect(ctx.adopted).toHaveLength(2);
+    expect(ctx.session?.isDisposed).toBe(false);
+    expect(warn).toHaveBeenCalledTimes(1);
+    warn.mockRestore();
+  });
+});
+
+describe('reconnectContext', () => {
+  it('fails at once when the new connection is dropped while opening', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false;
+    const started = Date.now();
+    const outcome = reconnectContext(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      60000
+    );
+    await settle();
+    expect(ctx.adopted).toHaveLength(1);
+    ctx.drop();
+    await expect(outcome).rejects.toThrow('dropped while reconnecting');
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it('resolves once the adopted connection opens', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false;
+    const outcome = reconnectContext(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      60000
+    );
+    await settle();
+    ctx.session!.kernel.connectionStatus = 'connected';
+    ctx.connectionStatusChanged.emit('connected');
+    await expect(outcome).resolves.toBe('reconnected');
   });
 });

@@ -145,15 +145,13 @@ export async function browserKernel(page: IJupyterLabPageFixture): Promise<{
 export async function waitKernelConnected(
   page: IJupyterLabPageFixture
 ): Promise<void> {
+  // Polls the whole state so that a failure shows what the browser saw.
   await expect
-    .poll(
-      async () => {
-        const k = await browserKernel(page);
-        return k.connection === 'connected' && k.status === 'idle';
-      },
-      { timeout: 120000, intervals: [250, 500, 1000] }
-    )
-    .toBe(true);
+    .poll(() => browserKernel(page), {
+      timeout: 120000,
+      intervals: [250, 500, 1000]
+    })
+    .toMatchObject({ connection: 'connected', status: 'idle' });
 }
 
 /** The status bar item. */

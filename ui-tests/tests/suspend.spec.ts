@@ -247,6 +247,58 @@ test('a connection dropped by a late session list is reattached to the same sess
   expect(await sessionsFor(request, file)).toHaveLength(1);
 });
 
+test("a connection dropped during the resume's own reconnect is reattached", async ({
+  page,
+  request,
+  tmpPath
+}) => {
+  const file = `${tmpPath}/dropped-during-resume.ipynb`;
+  await openNotebook(page, file, ['x = 1']);
+  await page.notebook.runCell(0);
+  const before = await browserKernel(page);
+  // A stale session list landing while the plugin is still opening the
+  // restored connection: dispose the first session it adopts, once.
+  await page.evaluate(() => {
+    const w = window as any;
+    const ctx = w.galata.app.shell.currentWidget.sessionContext;
+    const item = document.querySelector(
+      '#jp-main-statusbar .jp-suspend-status'
+    ) as HTMLElement;
+    w.__dropped = null;
+    ctx.sessionChanged.connect((_: unknown, change: any) => {
+      if (w.__dropped === null && change.newValue) {
+        w.__dropped = 'pending';
+        setTimeout(() => {
+          w.__dropped = {
+            reconnecting: item.dataset.reconnecting,
+            connection: change.newValue.kernel?.connectionStatus ?? null
+          };
+          change.newValue.dispose();
+        }, 0);
+      }
+    });
+  });
+  expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
+    202
+  );
+  expect((await serverIdle(request)).state).toBe('suspended');
+  expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
+    202
+  );
+  expect((await serverIdle(request)).state).toBe('ready');
+  await waitRestored(page);
+  // The drop really landed inside the reconnect, before the kernel opened.
+  expect(await page.evaluate(() => (window as any).__dropped)).toEqual({
+    reconnecting: 'true',
+    connection: 'connecting'
+  });
+  const after = await browserKernel(page);
+  expect(after.sessionId).toBe(before.sessionId);
+  expect(after.kernelId).toBe(before.kernelId);
+  expect(await runNewCell(page, 'print(6 * 7)')).toContain('42');
+  expect(await sessionsFor(request, file)).toHaveLength(1);
+});
+
 test('an open console is reconnected after a resume, like the notebooks', async ({
   page,
   request
