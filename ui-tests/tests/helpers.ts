@@ -65,6 +65,30 @@ export async function serverIdle(
   return status;
 }
 
+/** Suspend through the REST API and wait until the server is suspended. */
+export async function suspendByApi(
+  request: APIRequestContext
+): Promise<IServerStatus> {
+  expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
+    202
+  );
+  const status = await serverIdle(request);
+  expect(status.state).toBe('suspended');
+  return status;
+}
+
+/** Resume through the REST API and wait until the server is ready. */
+export async function resumeByApi(
+  request: APIRequestContext
+): Promise<IServerStatus> {
+  expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
+    202
+  );
+  const status = await serverIdle(request);
+  expect(status.state).toBe('ready');
+  return status;
+}
+
 /**
  * Bring the environment to a steady state whatever an earlier test left:
  * acknowledge a failure, resume a suspension.

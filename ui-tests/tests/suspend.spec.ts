@@ -13,10 +13,12 @@ import {
   openNotebook,
   recordedStates,
   recordStates,
+  resumeByApi,
   runNewCell,
   screenshot,
   serverIdle,
   serverStatus,
+  suspendByApi,
   sessionsFor,
   shutdownSessionsUnder,
   statusItem,
@@ -278,14 +280,8 @@ test("a connection dropped during the resume's own reconnect is reattached", asy
       }
     });
   });
-  expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
-    202
-  );
-  expect((await serverIdle(request)).state).toBe('suspended');
-  expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
-    202
-  );
-  expect((await serverIdle(request)).state).toBe('ready');
+  await suspendByApi(request);
+  await resumeByApi(request);
   await waitRestored(page);
   // The drop really landed inside the reconnect, before the kernel opened.
   expect(await page.evaluate(() => (window as any).__dropped)).toEqual({
@@ -320,14 +316,8 @@ test('an open console is reconnected after a resume, like the notebooks', async 
   const before = await browserKernel(page);
   expect(before.kernelId).not.toBeNull();
 
-  expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
-    202
-  );
-  expect((await serverIdle(request)).state).toBe('suspended');
-  expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
-    202
-  );
-  expect((await serverIdle(request)).state).toBe('ready');
+  await suspendByApi(request);
+  await resumeByApi(request);
   await waitRestored(page);
 
   await run("print('after', 'seen' in globals())");

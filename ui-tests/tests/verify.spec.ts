@@ -13,11 +13,12 @@ import {
   ensureSteady,
   KERNEL_SIDE,
   openNotebook,
+  resumeByApi,
   runNewCell,
   screenshot,
-  serverIdle,
   shutdownSessionsUnder,
   statusItem,
+  suspendByApi,
   toolbarItem,
   waitRestored
 } from './helpers';
@@ -37,15 +38,9 @@ test.describe('verify live state (needs the kernel side)', () => {
     await openNotebook(page, `${tmpPath}/verify.ipynb`, ['marker = 123']);
     await page.notebook.runCell(0);
     // A cold cycle through the API (the UI flow has its own tests).
-    expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
-      202
-    );
-    expect((await serverIdle(request)).state).toBe('suspended');
+    await suspendByApi(request);
     await expect(statusItem(page)).toHaveAttribute('data-state', 'suspended');
-    expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
-      202
-    );
-    expect((await serverIdle(request)).state).toBe('ready');
+    await resumeByApi(request);
     await waitRestored(page);
   });
 
@@ -137,15 +132,8 @@ test.describe('restore checkpoints after a cold restore (needs the kernel side)'
       '%load_ext jupyter_suspend\nimport jupyter_suspend\nmarker = 41\njupyter_suspend.register("marker")'
     ]);
     await page.notebook.runCell(0);
-    expect((await request.post(`${API}/suspend`, { data: {} })).status()).toBe(
-      202
-    );
-    expect((await serverIdle(request)).state).toBe('suspended');
-    expect((await request.post(`${API}/resume`, { data: {} })).status()).toBe(
-      202
-    );
-    const ready = await serverIdle(request);
-    expect(ready.state).toBe('ready');
+    await suspendByApi(request);
+    const ready = await resumeByApi(request);
     expect(ready.last_restore?.checkpoints_restored_count).toBe(1);
     await waitRestored(page);
 
