@@ -165,18 +165,15 @@ export class AttachmentKeeper {
   /** Watch one notebook's or console's session context. */
   watch(ctx: ISessionContext): void {
     this._contexts.add(ctx);
+    ctx.disposed.connect(() => this._contexts.delete(ctx));
     ctx.sessionChanged.connect(() => void this.check(ctx));
     ctx.connectionStatusChanged.connect(() => void this.check(ctx));
   }
 
   /** Check every watched context (the environment just became steady). */
   recheckAll(): void {
-    for (const ctx of Array.from(this._contexts)) {
-      if (ctx.isDisposed) {
-        this._contexts.delete(ctx);
-      } else {
-        void this.check(ctx);
-      }
+    for (const ctx of this._contexts) {
+      void this.check(ctx);
     }
   }
 
