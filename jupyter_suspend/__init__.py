@@ -24,7 +24,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    from .app import SuspendApp
+    from .server.app import SuspendApp
 
     return [{"module": "jupyter_suspend", "app": SuspendApp}]
 

@@ -19,7 +19,7 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 from traitlets import Bool
 
-from jupyter_suspend.backends.base import (
+from jupyter_suspend.server.backends.base import (
     Backend,
     Capabilities,
     ColdStartVerdict,
@@ -28,7 +28,7 @@ from jupyter_suspend.backends.base import (
     RestoreOutcome,
     ReturnedLive,
 )
-from jupyter_suspend.model import RestoreFailed, RestoreKind, State
+from jupyter_suspend.server.states import RestoreFailed, RestoreKind, State
 
 
 class SnapshotLikeBackend(Backend):

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
-from jupyter_suspend.workspace import own_client
+from jupyter_suspend.server.jupyter_environment import own_client
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_suspend.app import EVENT_SCHEMA_ID
+from jupyter_suspend.server.app import EVENT_SCHEMA_ID
 
 from .conftest import SuspendClient, checkpoint_handler_code
 
@@ -371,7 +371,7 @@ async def test_capacity_wait_then_restore(suspend_api: SuspendClient) -> None:
 
 
 async def test_states_are_spelled_as_documented(suspend_api: SuspendClient) -> None:
-    from jupyter_suspend.model import State
+    from jupyter_suspend.server.states import State
 
     assert {s.value for s in State} == STATES
     assert (await suspend_api.status())["state"] in STATES

@@ -9,7 +9,7 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from tornado.httpclient import HTTPClientError
 
-from jupyter_suspend.handlers import AUTH_RESOURCE
+from jupyter_suspend.server.handlers import AUTH_RESOURCE
 
 
 class ReadOnlySuspend(Authorizer):

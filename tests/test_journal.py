@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from jupyter_suspend.journal import BOOT_ID, Journal
+from jupyter_suspend.server.journal import BOOT_ID, Journal
 
 
 def test_append_is_durable_and_ordered(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_suspend.flush import checkpoint_dir_for
-from jupyter_suspend.model import STEADY_STATES, TRANSITIONS, State
-from jupyter_suspend.validation import BadRequest, parse_body
-from jupyter_suspend.workspace import KernelRecord
+from jupyter_suspend.server.flush import checkpoint_dir_for
+from jupyter_suspend.server.jupyter_environment import KernelRecord
+from jupyter_suspend.server.states import STEADY_STATES, TRANSITIONS, State
+from jupyter_suspend.server.validation import BadRequest, parse_body
 
 
 def test_every_state_has_transitions_and_targets_are_states() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_suspend.resources import GpuProbe, alive, measure, process_tree, wait_until_gone
+from jupyter_suspend.server.resources import GpuProbe, alive, measure, process_tree, wait_until_gone
 
 
 def test_without_nvml_gpu_is_reported_unmeasured() -> None:

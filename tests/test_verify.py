@@ -6,7 +6,7 @@ import subprocess
 import sys
 from typing import Any
 
-from jupyter_suspend.verify import compare, record_from_flush
+from jupyter_suspend.server.live_state import compare, record_from_flush
 
 CANARY = {"hash": "a" * 64, "pid": 1234, "process_start": 1000.0}
 

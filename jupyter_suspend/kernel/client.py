@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-API = "jupyter-suspend/api"
+from ..common.api import API_PREFIX
+
+API = API_PREFIX
 ENV_URL = "JUPYTER_SUSPEND_SERVER_URL"
 ENV_TOKEN = "JUPYTER_SUSPEND_TOKEN"
 

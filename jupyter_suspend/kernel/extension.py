@@ -23,10 +23,11 @@ from typing import Any
 from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
+from ..common.checkpoints import folder_name
 from . import canary, protocol
 from .client import ServerInfo, ServerNotFound, find_server
 from .registry import REGISTRY, NotRegistered, Registry
-from .store import CallbackFolder, CheckpointStore, Generation, LoadResult, SaveItem, folder_name, observe
+from .store import CallbackFolder, CheckpointStore, Generation, LoadResult, SaveItem, observe
 from .tensors import gpu_in_use
 
 ENV_CHECKPOINT_DIR = "JUPYTER_SUSPEND_CHECKPOINT_DIR"

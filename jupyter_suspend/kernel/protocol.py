@@ -26,9 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-PROTOCOL_VERSION = 1
-USER_EXPRESSION_KEY = "jupyter_suspend"
-ACTIONS = ("probe", "checkpoint", "restore", "verify")
+from ..common.kernel_protocol import ACTIONS, PROTOCOL_VERSION
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -48,12 +46,6 @@ def unregister_all() -> None:
 
 def helper_loaded() -> bool:
     return bool(_handlers)
-
-
-def build_expression(request: dict[str, Any]) -> str:
-    """The user expression the server sends (``repr`` makes a safe literal)."""
-    payload = json.dumps(request, separators=(",", ":"))
-    return f"__import__('jupyter_suspend.kernel.protocol', fromlist=['handle']).handle({payload!r})"
 
 
 def handle(payload: str) -> str:

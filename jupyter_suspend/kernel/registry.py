@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store import SaveItem, check_name
+from ..common.checkpoints import check_name
+from .store import SaveItem
 
 _UNSET: Any = object()
 

@@ -29,7 +29,6 @@ import contextlib
 import hashlib
 import io
 import json
-import keyword
 import os
 import pickle
 import re
@@ -45,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..durable import fsync_directory
+from ..common.checkpoints import check_name
+from ..common.durable import fsync_directory
 from .tensors import (
     CHUNK_BYTES,
     Buffer,
@@ -65,25 +65,7 @@ MANIFEST = "manifest.json"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
 #: ASCII identifiers: they become variables again and file names on any file system.
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 _GENERATION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
-
-
-def folder_name(key: str) -> str:
-    """One flat folder name per notebook (or kernel), free of path tricks.
-
-    The server uses the same function, so that the checkpoints of a notebook
-    are found under its name by anyone recovering the work.
-    """
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._-")[:80] or "session"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return f"{slug}-{digest}"
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or keyword.iskeyword(name):
-        raise ValueError(f"checkpoint names are ASCII Python identifiers (they go back into the namespace): {name!r}")
-    return name
 
 
 class SaveError(Exception):

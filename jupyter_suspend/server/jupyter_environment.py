@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 from jupyter_core.utils import ensure_async
 
-from .kernel.protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
-from .model import new_operation_id
+from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
+from .states import new_operation_id
 
 LOAD_HELPER_CODE = "get_ipython().run_line_magic('load_ext', 'jupyter_suspend')"
 

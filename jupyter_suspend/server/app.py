@@ -15,13 +15,13 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 from .backends.base import Backend
 from .handlers import handlers
 from .journal import Journal
+from .jupyter_environment import Workspace
 from .lifecycle import Lifecycle, LifecycleSettings
-from .workspace import Workspace
 
 EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
 
 BACKENDS = {
-    "local": "jupyter_suspend.backends.local:LocalBackend",
+    "local": "jupyter_suspend.server.backends.local:LocalBackend",
 }
 
 
@@ -92,7 +92,9 @@ class SuspendApp(ExtensionApp):
         journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes)
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:
-            event_logger.register_event_schema(Path(str(files("jupyter_suspend.schemas") / "lifecycle-event.json")))
+            event_logger.register_event_schema(
+                Path(str(files("jupyter_suspend.common.schemas") / "lifecycle-event.json"))
+            )
 
         def emit(data: dict[str, Any]) -> None:
             if event_logger is not None:

@@ -16,9 +16,9 @@ from typing import Any
 import psutil
 from traitlets import Float, Integer
 
-from ..model import CapacityUnavailable, FlushFailed, RestoreFailed, RestoreKind, State
+from ..jupyter_environment import KernelRecord
 from ..resources import GpuProbe, measure, wait_until_gone
-from ..workspace import KernelRecord
+from ..states import CapacityUnavailable, FlushFailed, RestoreFailed, RestoreKind, State
 from .base import (
     Backend,
     Capabilities,

@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-SCHEMA_PACKAGE = "jupyter_suspend.schemas"
+SCHEMA_PACKAGE = "jupyter_suspend.common.schemas"
 REQUEST_SCHEMAS = ("suspend", "checkpoint", "resume", "acknowledge", "verify")
 
 

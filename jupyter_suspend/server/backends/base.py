@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from traitlets import MetaHasTraits
 from traitlets.config import LoggingConfigurable
 
-from ..model import RestoreKind, State
+from ..states import RestoreKind, State
 
 if TYPE_CHECKING:
-    from ..workspace import KernelRecord, Workspace
+    from ..jupyter_environment import KernelRecord, Workspace
 
 
 @dataclass(frozen=True)

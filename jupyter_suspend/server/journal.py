@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .durable import fsync_directory
+from ..common.durable import fsync_directory
 
 JOURNAL_FILENAME = "journal.jsonl"
 #: Identifies this server process: entries written by another boot id were

@@ -17,13 +17,13 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from ..common.api import API_PREFIX
 from .lifecycle import Lifecycle
-from .model import IllegalState
+from .live_state import VerifyError
+from .states import IllegalState
 from .validation import BadRequest, parse_body
-from .verify import VerifyError
 
 AUTH_RESOURCE = "jupyter_suspend"
-API_PREFIX = "jupyter-suspend/api"
 
 
 class SuspendAPIHandler(ExtensionHandlerMixin, APIHandler):

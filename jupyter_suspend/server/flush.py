@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .durable import fsync_directory
-from .kernel.store import folder_name
-from .model import FlushFailed
-from .workspace import KernelRecord, KernelReply, Workspace
+from ..common.checkpoints import folder_name
+from ..common.durable import fsync_directory
+from .jupyter_environment import KernelRecord, KernelReply, Workspace
+from .states import FlushFailed
 
 
 @dataclass

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import live_state as verify_mod
 from . import timeline as timeline_mod
-from . import verify as verify_mod
 from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive, Suspended
 from .flush import KernelFlush, checkpoint_dir_for, flush_kernels, flush_notebooks
 from .journal import BOOT_ID, Journal, utc_iso
-from .model import (
+from .jupyter_environment import KernelRecord, KernelReply, Workspace
+from .states import (
     STEADY_STATES,
     TRANSITIONS,
     CapacityUnavailable,
@@ -36,7 +37,6 @@ from .model import (
     RestoreKind,
     State,
 )
-from .workspace import KernelRecord, KernelReply, Workspace
 
 EventSink = Callable[[dict[str, Any]], None]
 #: Seconds during which a preflight counts as the start of the suspend flow.
