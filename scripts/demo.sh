@@ -9,15 +9,12 @@ scripts/setup.sh
 . .venv/bin/activate
 
 demo=.demo
-mkdir -p "$demo/work" "$demo/state" "$demo/ipython/profile_default"
+mkdir -p "$demo/work" "$demo/state"
 for nb in examples/*.ipynb; do
   [ -e "$demo/work/$(basename "$nb")" ] || cp "$nb" "$demo/work/"
 done
-# Every kernel of the demo loads the kernel side (magics, checkpoints, canary).
-cat > "$demo/ipython/profile_default/ipython_kernel_config.py" <<'PY'
-c.InteractiveShellApp.extensions = ["jupyter_suspend"]
-PY
-export IPYTHONDIR="$PWD/$demo/ipython"
+# The sample notebook loads the kernel side itself (%load_ext jupyter_suspend); a resume loads it into
+# every restarted kernel that needs its application checkpoints back.
 
 exec jupyter lab \
   --ServerApp.root_dir="$PWD/$demo/work" \
