@@ -1,0 +1,276 @@
+"""The sidecar's HTTP surface (see :mod:`jupyter_suspend.common.sidecar_protocol`).
+
+Every request is checked -- bearer secret, body size, JSON form, fields and
+types, target pod and namespace -- before anything reaches the Kubernetes
+API: a refused request makes no API call at all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tornado import httputil, web
+
+from ..common import sidecar_protocol as proto
+from .config import Config, is_object_name
+from .errors import Fault
+
+if TYPE_CHECKING:
+    from .kube import PodSnapshots
+
+log = logging.getLogger("jupyter_suspend.sidecar")
+access_log = logging.getLogger("jupyter_suspend.sidecar.access")
+
+#: Bodies up to this size are read and answered 413 with a JSON error; larger
+#: ones make tornado close the connection (the HTTPServer's max_body_size).
+DRAIN_LIMIT = 1024 * 1024
+
+_IDENTITY = {proto.FIELD_POD: str, proto.FIELD_NAMESPACE: str}
+
+
+@dataclass
+class Context:
+    config: Config
+    kube: PodSnapshots
+    secret: bytes
+
+
+@web.stream_request_body
+class BaseHandler(web.RequestHandler):
+    auth_required = True
+    #: Query parameters (name -> type) a GET or DELETE accepts besides the identity check.
+    query_fields: Mapping[str, type] = {}
+
+    def initialize(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._chunks: list[bytes] = []
+        self._received = 0
+        self._too_large = False
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", proto.CONTENT_TYPE)
+        self.set_header("Cache-Control", "no-store")
+        self.clear_header("Server")
+
+    # -- checks before anything else ---------------------------------------------
+
+    def prepare(self) -> None:
+        if self.auth_required and not self._authorized():
+            raise Fault(401, proto.E_UNAUTHORIZED, "missing or wrong bearer secret (read it from the secret file)")
+        length = self.request.headers.get("Content-Length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise Fault(400, proto.E_MALFORMED, "Content-Length is not a number") from None
+            if declared > proto.MAX_BODY_BYTES:
+                self._too_large = True
+
+    def _authorized(self) -> bool:
+        header = self.request.headers.get(proto.AUTH_HEADER, "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != proto.AUTH_SCHEME.lower():
+            # Compare anyway, so that the answer takes the same time.
+            hmac.compare_digest(b"", self.ctx.secret)
+            return False
+        return hmac.compare_digest(token.strip().encode("utf-8", "replace"), self.ctx.secret)
+
+    def data_received(self, chunk: bytes) -> None:
+        self._received += len(chunk)
+        if self._received > proto.MAX_BODY_BYTES:
+            self._too_large = True
+            self._chunks.clear()  # drained, not kept
+        elif not self._too_large:
+            self._chunks.append(chunk)
+
+    def _raw_body(self) -> bytes:
+        if self._too_large:
+            raise Fault(413, proto.E_BODY_TOO_LARGE, f"request body over {proto.MAX_BODY_BYTES} bytes", retryable=False)
+        return b"".join(self._chunks)
+
+    def json_body(self, fields: Mapping[str, type]) -> dict[str, Any]:
+        """The body as a JSON object with only ``fields`` (name -> type); empty body = ``{}``."""
+        raw = self._raw_body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Fault(400, proto.E_MALFORMED, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise Fault(400, proto.E_NOT_AN_OBJECT, "the body must be a JSON object")
+        for key, value in body.items():
+            if key not in fields:
+                allowed = ", ".join(sorted(fields)) or "none"
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown field {key!r} (allowed: {allowed})")
+            _check_type(key, value, fields[key])
+        return body
+
+    def query(self) -> dict[str, str]:
+        """Query parameters, each at most once, only the known ones; a GET/DELETE body is refused."""
+        if self._raw_body().strip():
+            raise Fault(400, proto.E_UNEXPECTED_BODY, f"{self.request.method} takes no body")
+        allowed = {**_IDENTITY, **self.query_fields}
+        out: dict[str, str] = {}
+        for key, values in self.request.query_arguments.items():
+            if key not in allowed:
+                names = ", ".join(sorted(allowed))
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown query parameter {key!r} (allowed: {names})")
+            if len(values) != 1:
+                raise Fault(400, proto.E_INVALID_VALUE, f"query parameter {key!r} given more than once")
+            out[key] = values[0].decode("utf-8", "replace")
+        return out
+
+    def check_target(self, fields: Mapping[str, Any]) -> None:
+        """An explicit pod or namespace must be this pod's own."""
+        pod = fields.get(proto.FIELD_POD)
+        namespace = fields.get(proto.FIELD_NAMESPACE)
+        if pod is not None and pod != self.ctx.config.pod_name:
+            raise Fault(
+                403, proto.E_FORBIDDEN_TARGET, f"this sidecar acts on pod {self.ctx.config.pod_name} only, not {pod}"
+            )
+        if namespace is not None and namespace != self.ctx.config.namespace:
+            raise Fault(
+                403,
+                proto.E_FORBIDDEN_TARGET,
+                f"this sidecar acts in namespace {self.ctx.config.namespace} only, not {namespace}",
+            )
+
+    def check_name(self, name: str, what: str) -> str:
+        if not is_object_name(name):
+            raise Fault(400, proto.E_INVALID_VALUE, f"{what} {name!r} is not a valid Kubernetes object name")
+        return name
+
+    def answer(self, body: Mapping[str, Any], status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(body))
+
+    # -- errors ------------------------------------------------------------------
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, Fault):
+            self.set_status(exc.status)
+            body: Mapping[str, Any] = exc.body()
+        elif isinstance(exc, web.HTTPError) or exc is None:
+            code = {
+                404: proto.E_NOT_FOUND,
+                405: proto.E_METHOD,
+                413: proto.E_BODY_TOO_LARGE,
+            }.get(status_code, proto.E_MALFORMED if 400 <= status_code < 500 else proto.E_INTERNAL)
+            message = httputil.responses.get(status_code, "error")
+            if status_code == 404:
+                message = f"no endpoint {self.request.path}"
+            body = {"error": code, "message": message, "retryable": False}
+        else:
+            body = {"error": proto.E_INTERNAL, "message": f"{type(exc).__name__}: {exc}", "retryable": True}
+        self.finish(json.dumps(body))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, (Fault, web.HTTPError)):
+            return  # the access line says enough
+        log.error("unexpected error in %s %s", self.request.method, self.request.path, exc_info=(typ, value, tb))
+
+
+class HealthHandler(BaseHandler):
+    auth_required = False
+
+    def get(self) -> None:
+        self.answer({"ok": True})
+
+
+class PodHandler(BaseHandler):
+    async def get(self) -> None:
+        self.check_target(self.query())
+        self.answer(await self.ctx.kube.pod_view())
+
+
+class SnapshotRequestsHandler(BaseHandler):
+    async def post(self) -> None:
+        body = self.json_body(_IDENTITY)
+        self.check_target(body)
+        self.answer(await self.ctx.kube.request_snapshot(), status=201)
+
+
+class SnapshotRequestHandler(BaseHandler):
+    query_fields = {proto.PARAM_WAIT: float, proto.PARAM_SINCE: str}
+
+    async def get(self, trigger: str) -> None:
+        params = self.query()
+        self.check_target(params)
+        self.check_name(trigger, "snapshot request")
+        wait = 0.0
+        if proto.PARAM_WAIT in params:
+            try:
+                wait = float(params[proto.PARAM_WAIT])
+            except ValueError:
+                raise Fault(400, proto.E_WRONG_TYPE, "wait must be a number of seconds") from None
+            if not 0 <= wait <= proto.MAX_WAIT_SECONDS:  # also refuses nan
+                raise Fault(400, proto.E_INVALID_VALUE, f"wait must be between 0 and {proto.MAX_WAIT_SECONDS:g} s")
+        since = params.get(proto.PARAM_SINCE)
+        if since is not None and since not in proto.PHASES:
+            raise Fault(400, proto.E_INVALID_VALUE, f"since must be one of {', '.join(proto.PHASES)}")
+        self.answer(await self.ctx.kube.follow(trigger, wait=wait, since=since))
+
+
+class SnapshotsHandler(BaseHandler):
+    async def get(self) -> None:
+        self.check_target(self.query())
+        self.answer(await self.ctx.kube.list_snapshots())
+
+
+class SnapshotHandler(BaseHandler):
+    async def delete(self, name: str) -> None:
+        self.check_target(self.query())
+        self.check_name(name, "snapshot")
+        self.answer(await self.ctx.kube.delete_snapshot(name))
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown paths: 401 without the secret (nothing is revealed), 404 with it."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise web.HTTPError(404)
+
+
+def _check_type(key: str, value: Any, kind: type) -> None:
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise Fault(400, proto.E_WRONG_TYPE, f"field {key!r} must be a {kind.__name__}, not {type(value).__name__}")
+
+
+def _log_request(handler: web.RequestHandler) -> None:
+    """One line per request: never headers (the secret), never bodies."""
+    request = handler.request
+    status = handler.get_status()
+    ms = 1000.0 * request.request_time()
+    level = logging.INFO if status < 500 else logging.WARNING
+    access_log.log(level, "%s %s %d %.1fms", request.method, request.uri, status, ms)
+
+
+def make_app(ctx: Context) -> web.Application:
+    name = r"([^/]+)"
+    kwargs = {"ctx": ctx}
+    return web.Application(
+        [
+            (proto.PATH_HEALTH, HealthHandler, kwargs),
+            (proto.PATH_POD, PodHandler, kwargs),
+            (proto.PATH_SNAPSHOT_REQUESTS, SnapshotRequestsHandler, kwargs),
+            (proto.PATH_SNAPSHOT_REQUESTS + "/" + name, SnapshotRequestHandler, kwargs),
+            (proto.PATH_SNAPSHOTS, SnapshotsHandler, kwargs),
+            (proto.PATH_SNAPSHOTS + "/" + name, SnapshotHandler, kwargs),
+        ],
+        default_handler_class=NotFoundHandler,
+        default_handler_args=kwargs,
+        log_function=_log_request,
+        compress_response=False,
+        xsrf_cookies=False,
+    )

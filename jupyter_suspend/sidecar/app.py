@@ -1,0 +1,146 @@
+"""Entry point of the sidecar container: ``jupyter-suspend-sidecar`` / ``python -m jupyter_suspend.sidecar``.
+
+Writes a fresh bearer secret, then serves the API on the Unix socket (or a
+loopback port) until SIGTERM/SIGINT. Imports neither the server extension nor
+jupyter_server: this container holds the Kubernetes token and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import stat
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets, bind_unix_socket
+
+from .api import DRAIN_LIMIT, Context, make_app
+from .config import Config, ConfigError, parse_config
+
+log = logging.getLogger("jupyter_suspend.sidecar")
+
+#: Worker threads for blocking API calls; a long-poll holds one for up to 30 s.
+KUBE_THREADS = 16
+
+
+def write_secret(path: str) -> bytes:
+    """A fresh random secret, written atomically with mode 0600 (temp file + rename)."""
+    secret = secrets.token_urlsafe(32)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o770, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".sidecar-secret-", dir=directory)  # mkstemp creates with 0600
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secret)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return secret.encode("ascii")
+
+
+def _remove(path: str | None) -> None:
+    if path:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _listen(server: HTTPServer, config: Config) -> str:
+    if config.listen is not None:
+        host, port = config.listen
+        for sock in bind_sockets(port, address=host):
+            server.add_socket(sock)
+        return f"http://{host}:{port}"
+    assert config.socket_path
+    directory = os.path.dirname(os.path.abspath(config.socket_path))
+    os.makedirs(directory, mode=0o770, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(config.socket_path).st_mode):
+            raise ConfigError(f"{config.socket_path} exists and is not a socket; refusing to replace it")
+    # bind_unix_socket replaces a stale socket file and sets the mode.
+    server.add_socket(bind_unix_socket(config.socket_path, mode=0o660))
+    return f"unix:{config.socket_path}"
+
+
+async def serve(config: Config) -> None:
+    # Imported here: the kubernetes client takes a second or more to import,
+    # and ``--help`` or a configuration error should answer at once.
+    from .kube import PodSnapshots, api_client_from_files
+
+    executor = ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
+    api_client = api_client_from_files(config)
+    kube = PodSnapshots(config, api_client, executor)
+    secret = write_secret(config.secret_path)
+    server = HTTPServer(make_app(Context(config, kube, secret)), max_body_size=DRAIN_LIMIT, idle_connection_timeout=60)
+    try:
+        where = _listen(server, config)
+    except BaseException:
+        _remove(config.secret_path)
+        raise
+    log.info(
+        "listening on %s for pod %s/%s (uid %s), policy mode %s (policy %s), podsnapshot.gke.io/%s",
+        where,
+        config.namespace,
+        config.pod_name,
+        config.pod_uid or "unknown",
+        config.policy_mode,
+        config.policy_name,
+        config.api_version,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping")
+        server.stop()
+        _remove(config.socket_path)
+        _remove(config.secret_path)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(server.close_all_connections(), 2.0)
+        executor.shutdown(wait=False, cancel_futures=True)
+        api_client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        config = parse_config(argv)
+    except ConfigError as exc:
+        print(f"jupyter-suspend-sidecar: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        asyncio.run(serve(config))
+    except ConfigError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
+    except (ConfigException, OSError) as exc:
+        # no KUBERNETES_SERVICE_HOST, no token or CA file, socket path not writable
+        log.error("cannot start: %s: %s", type(exc).__name__, exc)
+        sys.exit(1)
+    # A long-poll may still hold a worker thread inside a watch (up to 30 s):
+    # do not wait for it at interpreter exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
