@@ -20,11 +20,16 @@ scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 # The torch rows of the checkpoint tests need torch. Only a wheel already on this machine is taken
-# (--no-index: pip's configured find-links, e.g. a CPU build); from PyPI a plain `torch` is a
+# (pip's configured find-links, e.g. a CPU build); from PyPI a plain `torch` is a
 # multi-GB CUDA build, so without a local wheel those tests are skipped, and say so.
 if ! python -c "import torch" 2>/dev/null; then
-  python -m pip install --quiet --no-index "torch==2.13.0" 2>/dev/null \
-    || echo "note: no local torch wheel; the torch checkpoint tests will be skipped"
+  probe=$(mktemp -d)
+  if python -m pip download --quiet --no-index --no-deps --dest "$probe" "torch==2.13.0" 2>/dev/null; then
+    python -m pip install --quiet "torch==2.13.0" # the local wheel; its small dependencies from PyPI
+  else
+    echo "note: no local torch wheel; the torch checkpoint tests will be skipped"
+  fi
+  rm -rf "$probe"
 fi
 
 step "ruff (lint and format)"
