@@ -1446,10 +1446,10 @@ class KubeAPI:
             handler.get_query_argument("labelSelector", None),
             handler.get_query_argument("fieldSelector", None),
         )
-        try:
-            timeout = float(handler.get_query_argument("timeoutSeconds", "") or self.max_watch_seconds)
+        try:  # an integer, as on a real server
+            timeout = float(int(handler.get_query_argument("timeoutSeconds", "") or self.max_watch_seconds))
         except ValueError as error:
-            raise KubeError(400, "timeoutSeconds must be a number", "BadRequest") from error
+            raise KubeError(400, "timeoutSeconds must be an integer", "BadRequest") from error
         since = handler.get_query_argument("resourceVersion", "")
         key = (rtype.group, rtype.plural)
         initial: list[tuple[str, JSON]] = []
