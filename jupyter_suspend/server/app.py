@@ -14,7 +14,7 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 
 from .backends.base import Backend
 from .handlers import handlers
-from .journal import Journal
+from .journal import Journal, JournalWriteError
 from .jupyter_environment import Workspace
 from .lifecycle import Lifecycle, LifecycleSettings
 
@@ -114,7 +114,14 @@ class SuspendApp(ExtensionApp):
             emit=emit,
             log=self.log,
         )
-        self.lifecycle.recover()
+        try:
+            self.lifecycle.recover()
+        except JournalWriteError as exc:
+            # The state was read; only recording it failed. Load anyway and say so
+            # (status journal.problems; the journal is rechecked before each operation).
+            self.log.error("jupyter-suspend: the journal cannot be written: %s", exc)
+        if not journal.usable:
+            self.log.error("jupyter-suspend: %s", journal.problem)
         self.settings.update(
             {
                 "jupyter_suspend_lifecycle": self.lifecycle,
