@@ -142,6 +142,8 @@ class SnapshotSummary(TypedDict):
     gcs_path: str | None
     trigger: str | None
     size_bytes: int | None
+    #: Deletion requested; GKE is removing the stored image (finalizer).
+    deleting: bool
 
 
 class SnapshotList(TypedDict):

@@ -74,9 +74,17 @@ def _listen(server: HTTPServer, config: Config) -> str:
     return f"unix:{config.socket_path}"
 
 
+def _skip_manifest_validation() -> None:
+    """``import kubernetes`` loads its dynamic client, which imports kubernetes_validate
+    when that happens to be installed (jsonschema with all its format checkers: 2.5 s
+    of start time, 6-9 s on a loaded node). The sidecar never validates manifests, and
+    the notebook container waits for its socket: this process goes without."""
+    sys.modules.setdefault("kubernetes_validate", None)  # type: ignore[arg-type]
+
+
 async def serve(config: Config) -> None:
-    # Imported here: the kubernetes client takes a second or more to import,
-    # and ``--help`` or a configuration error should answer at once.
+    # Imported here: the kubernetes client takes a second to import, and
+    # ``--help`` or a configuration error should answer at once.
     from .kube import PodSnapshots, api_client_from_files
 
     executor = ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
@@ -127,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    _skip_manifest_validation()
     from kubernetes.config.config_exception import ConfigException
 
     try:

@@ -200,6 +200,7 @@ def snapshot_summary(snapshot: Mapping[str, Any]) -> proto.SnapshotSummary:
         "gcs_path": snapshot_gcs_path(snapshot),
         "trigger": (meta.get("labels") or {}).get(TRIGGERED_BY_LABEL),
         "size_bytes": snapshot_size(snapshot),
+        "deleting": bool(meta.get("deletionTimestamp")),
     }
 
 
