@@ -920,7 +920,16 @@ class KubeAPI:
         for controller in list(self._controllers):
             self._guarded(lambda c=controller: c(event.type, copy.deepcopy(event.obj), self))  # type: ignore[misc]
 
-    def _create(self, rtype: ResourceType, namespace: str | None, body: Any, *, keep_status: bool) -> JSON:
+    def _create(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        body: Any,
+        *,
+        keep_status: bool,
+        admit: Callable[[JSON], None] | None = None,
+    ) -> JSON:
+        """Default and store a new object; `admit(obj)` sees the defaulted object before it is stored."""
         if not isinstance(body, dict):
             raise KubeError(400, "the request body must be a JSON object", "BadRequest")
         obj = copy.deepcopy(body)
@@ -960,6 +969,8 @@ class KubeAPI:
             obj.pop("status", None)
             if rtype.kind == "Pod":
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        if admit is not None:
+            admit(obj)
         with self._lock:
             bucket = self._bucket(rtype)
             key = (meta.get("namespace"), name)
@@ -1283,11 +1294,14 @@ class KubeAPI:
             body = self._body(handler)
             if rtype.namespaced and namespace is None:
                 raise KubeError(404, "the server could not find the requested resource", "NotFound")
-            if isinstance(body, dict) and (body.get("metadata") or {}).get("name"):
-                self._admit("create", body, user, rtype, body["metadata"]["name"])
-            elif isinstance(body, dict):
-                self._admit("create", body, user, rtype, (body.get("metadata") or {}).get("generateName", ""))
-            return 201, self._present(rtype, self._create(rtype, namespace, body, keep_status=False))
+            created = self._create(
+                rtype,
+                namespace,
+                body,
+                keep_status=False,
+                admit=lambda obj: self._admit("create", obj, user, rtype, obj["metadata"]["name"]),
+            )
+            return 201, self._present(rtype, created)
         if verb in ("update", "patch"):
             assert name is not None
             return 200, self._serve_write(handler, verb, rtype, route, user)
@@ -1388,6 +1402,7 @@ class KubeAPI:
                         new["status"] = copy.deepcopy(old["status"])
                     else:
                         new.pop("status", None)
+            new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
             self._admit(verb, new, user, rtype, name)
             return self._present(rtype, self._commit(rtype, old, new))
 

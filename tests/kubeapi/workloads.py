@@ -1,10 +1,12 @@
 """A simulated StatefulSet controller (and a scheduler with a test-controlled capacity) for the test API server.
 
 `spec.replicas` n keeps pods `<name>-0` .. `<name>-(n-1)` (from `spec.template`, owner reference to the set); extra
-pods are deleted when it shrinks, a deleted pod comes back while the set still wants it. A new pod is Pending
-(condition PodScheduled False, reason Unschedulable) until the scheduler admits it: at most `capacity` running
-pods (None = unlimited); `set_capacity(n)` admits waiting pods, oldest first. Admitted pods become Running and Ready
-after `start_seconds`. The set's status (replicas, readyReplicas, availableReplicas, observedGeneration) follows.
+pods are deleted when it shrinks, a deleted pod comes back while the set still wants it, and so does a pod that
+turned Succeeded or Failed (e.g. stopped by a snapshot with `postCheckpoint: stop`): it is deleted and recreated.
+A new pod is Pending (condition PodScheduled False, reason Unschedulable) until the scheduler admits it: at most
+`capacity` running pods (None = unlimited; completed pods do not count); `set_capacity(n)` admits waiting pods,
+oldest first. Admitted pods become Running and Ready after `start_seconds`. The set's status (replicas,
+readyReplicas, availableReplicas, observedGeneration) follows.
 """
 
 from __future__ import annotations
@@ -43,9 +45,12 @@ class StatefulSetController:
         elif kind == "Pod":
             owner = self._owner(obj)
             if owner is not None:
+                phase = (obj.get("status") or {}).get("phase")
                 if event_type == "DELETED":
                     self._reconcile(meta["namespace"], owner)
                     self._schedule()
+                elif phase in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):
+                    kube.delete("v1", "pods", meta["namespace"], meta["name"])  # recreated, as a real controller does
                 else:
                     self._update_status(meta["namespace"], owner)
 
@@ -115,7 +120,12 @@ class StatefulSetController:
 
     def _schedule(self) -> None:
         pods = [pod for pod in self.kube.objects("pods") if self._owner(pod) is not None]
-        placed = [pod for pod in pods if (pod.get("spec") or {}).get("nodeName")]
+        placed = [
+            pod
+            for pod in pods
+            if (pod.get("spec") or {}).get("nodeName")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         waiting = sorted(
             (pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")),
             key=lambda pod: int(pod["metadata"]["resourceVersion"]),
