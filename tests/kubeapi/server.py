@@ -1184,7 +1184,7 @@ class KubeAPI:
         if scheme.lower() != "bearer":
             return None
         token = token.strip()
-        for known, user in self._tokens.items():
+        for known, user in list(self._tokens.items()):
             if hmac.compare_digest(known.encode(), token.encode()):
                 return user
         return None
