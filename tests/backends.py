@@ -16,7 +16,6 @@ import asyncio
 import time
 from typing import Any
 
-from jupyter_core.utils import ensure_async
 from traitlets import Bool
 
 from jupyter_suspend.server.backends.base import (
@@ -55,8 +54,8 @@ class SnapshotLikeBackend(Backend):
         stopped = time.time()
         if self.restart_kernels:
             for record in ctx.kernels:
-                await ensure_async(ctx.workspace.kernel_manager.restart_kernel(record.kernel_id))
-                await ctx.workspace.wait_kernel_ready(record.kernel_id, 60)
+                await ctx.environment.restart_kernel(record.kernel_id)
+                await ctx.environment.wait_kernel_ready(record.kernel_id, 60)
         return ReturnedLive(
             snapshot=f"snapshot-{ctx.operation_id}", environment_stopped_at=stopped, restored_at=time.time()
         )

@@ -15,7 +15,7 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 from .backends.base import Backend
 from .handlers import handlers
 from .journal import Journal, JournalWriteError
-from .jupyter_environment import Workspace
+from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
 
 EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
@@ -102,7 +102,7 @@ class SuspendApp(ExtensionApp):
 
         self.lifecycle = Lifecycle(
             backend=backend,
-            workspace=Workspace(self.serverapp),
+            environment=JupyterServerEnvironment(self.serverapp),
             journal=journal,
             settings=LifecycleSettings(
                 checkpoint_dir=Path(self.checkpoint_dir),

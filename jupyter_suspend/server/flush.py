@@ -9,7 +9,8 @@ kernels go away.
 Kernels: each kernel is asked to run its application-checkpoint hooks (see
 :mod:`jupyter_suspend.kernel.protocol`). Kernels without the helper keep
 files only; a busy kernel that does not answer in time is reported as
-"kernel busy: checkpoint skipped".
+"kernel busy: checkpoint skipped". After a cold resume,
+:func:`reload_application_checkpoints` puts them back into the restarted kernels.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common.checkpoints import folder_name
 from ..common.durable import fsync_directory
-from .jupyter_environment import KernelRecord, KernelReply, Workspace
-from .states import FlushFailed
+from . import wording
+from .environment import Environment, KernelRecord, KernelReply
+from .states import FlushFailed, Operation
+
+if TYPE_CHECKING:
+    from .backends.base import RestoredKernel
 
 
 @dataclass
@@ -59,7 +64,7 @@ def checkpoint_dir_for(root: Path, record: KernelRecord) -> Path:
     """Where a kernel's application checkpoints go: one folder per notebook
     (so that anyone can recover the work from the notebook's name), flat and
     free of path tricks whatever the session path contains. The kernel side
-    derives the same name (:func:`~jupyter_suspend.kernel.store.folder_name`)."""
+    derives the same name (:func:`~jupyter_suspend.common.checkpoints.folder_name`)."""
     return root / folder_name(record.path or f"kernel-{record.kernel_id}")
 
 
@@ -75,14 +80,14 @@ def _fsync_notebook(os_path: str) -> int:
     return len(data)
 
 
-async def flush_notebooks(workspace: Workspace, kernels: list[KernelRecord]) -> list[NotebookFlush]:
+async def flush_notebooks(environment: Environment, kernels: list[KernelRecord]) -> list[NotebookFlush]:
     """Check and fsync every notebook open in a session; raise on the first failure."""
     results = []
     paths = sorted({k.path for k in kernels if k.path and k.type == "notebook"})
     for api_path in paths:
-        if not await workspace.file_exists(api_path):
+        if not await environment.file_exists(api_path):
             raise FlushFailed("flush.notebooks", f"notebook {api_path} is not on disk; save it first")
-        os_path = workspace.os_path(api_path)
+        os_path = environment.os_path(api_path)
         if os_path is None:
             results.append(NotebookFlush(api_path, "checked", message="contents are not on a local file system"))
             continue
@@ -105,18 +110,18 @@ def classify_kernel_reply(record: KernelRecord, reply: KernelReply, checkpoint_d
         pid=record.pid,
         process_start=record.process_start,
     )
-    if reply.outcome == "ok":
+    if reply.ok:
         result.status = "checkpointed"
         result.message = reply.message
         result.checkpoints = list(reply.content.get("checkpoints", []))
         result.canary = reply.content.get("canary")
-    elif reply.outcome == "absent":
+    elif reply.no_helper:
         result.status = "no_helper"
         result.message = reply.message
-    elif reply.outcome in {"timeout", "expired"}:
+    elif reply.busy:
         result.status = "busy_skipped"
         result.message = f"kernel busy: checkpoint skipped ({reply.message})"
-    elif reply.outcome == "dead":
+    elif reply.not_running:
         result.status = "not_running"
         result.message = reply.message
     else:
@@ -125,7 +130,7 @@ def classify_kernel_reply(record: KernelRecord, reply: KernelReply, checkpoint_d
 
 
 async def flush_kernels(
-    workspace: Workspace,
+    environment: Environment,
     kernels: list[KernelRecord],
     checkpoint_root: Path,
     timeout: float,
@@ -135,7 +140,7 @@ async def flush_kernels(
 
     async def one(record: KernelRecord) -> KernelFlush:
         directory = checkpoint_dir_for(checkpoint_root, record)
-        reply = await workspace.kernel_request(
+        reply = await environment.kernel_request(
             record.kernel_id,
             "checkpoint",
             timeout,
@@ -146,3 +151,77 @@ async def flush_kernels(
         return classify_kernel_reply(record, reply, directory)
 
     return list(await asyncio.gather(*(one(k) for k in kernels)))
+
+
+async def flush(
+    environment: Environment,
+    operation: Operation,
+    kernels: list[KernelRecord],
+    checkpoint_root: Path,
+    timeout: float,
+    abort_on_busy: bool,
+) -> list[KernelFlush]:
+    """Notebooks, then kernels, as steps of ``operation``; FlushFailed on the first failure.
+
+    ``abort_on_busy``: a kernel too busy to checkpoint aborts (a suspend on a
+    backend that does not keep live memory would lose its work).
+    """
+    step = operation.step("flush.notebooks")
+    try:
+        notebooks = await flush_notebooks(environment, kernels)
+    except FlushFailed as exc:
+        step.finish("failed", exc.reason)
+        raise
+    step.finish("ok", f"{len(notebooks)} notebook(s) on disk", notebooks=[n.to_dict() for n in notebooks])
+
+    step = operation.step("flush.kernels")
+    results = await flush_kernels(environment, kernels, checkpoint_root, timeout, operation.id)
+    detail = {"kernels": [r.to_dict() for r in results]}
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        reason = "application checkpoint failed: " + "; ".join(f"{r.path or r.kernel_id}: {r.message}" for r in failed)
+        step.finish("failed", reason, **detail)
+        raise FlushFailed("flush.kernels", reason)
+    busy = [r for r in results if r.status == "busy_skipped"]
+    if busy and abort_on_busy:
+        message = wording.busy_kernels_abort(", ".join(r.path or r.kernel_id for r in busy))
+        step.finish("failed", message, **detail)
+        raise FlushFailed("flush.kernels", message)
+    summary = ", ".join(f"{r.status}: {sum(1 for x in results if x.status == r.status)}" for r in results)
+    step.finish("ok", summary or "no kernels", **detail)
+    return results
+
+
+async def reload_application_checkpoints(
+    environment: Environment,
+    operation: Operation,
+    flushed_kernels: list[dict[str, Any]],
+    kernels: list[RestoredKernel],
+    timeout: float,
+) -> dict[str, Any]:
+    """Put application checkpoints back into the restarted kernels that wrote them
+    at the suspend's flush (``flushed_kernels``); kernel id -> what came back."""
+    step = operation.step("restore.checkpoints")
+    by_kernel = {f["kernel_id"]: f for f in flushed_kernels if f.get("status") == "checkpointed"}
+    reloaded: dict[str, Any] = {}
+    for kernel in kernels:
+        flushed = by_kernel.get(kernel.kernel_id)
+        if flushed is None or kernel.runnable_at is None:
+            continue
+        reply = await environment.load_helper_and_request(
+            kernel.kernel_id,
+            "restore",
+            timeout,
+            checkpoint_dir=flushed.get("checkpoint_dir"),
+            names=[c.get("name") for c in flushed.get("checkpoints", []) if c.get("name")],
+            operation_id=operation.id,
+        )
+        reloaded[kernel.kernel_id] = {
+            "path": kernel.path,
+            "outcome": reply.outcome.value,
+            "message": reply.message,
+            **{key: reply.content.get(key, []) for key in ("restored", "missing", "failed")},
+        }
+    failed = [r for r in reloaded.values() if r["outcome"] != "ok"]
+    step.finish("failed" if failed else "ok", f"{len(reloaded) - len(failed)} kernel(s) restored", kernels=reloaded)
+    return reloaded

@@ -1,8 +1,9 @@
 """The Jupyter side of the lifecycle: sessions, kernels, files, activity.
 
-A thin adapter over jupyter_server's managers so that the lifecycle core and
-the backends never touch tornado or the ServerApp directly (and so that the
-tests can reason about one small surface).
+:class:`JupyterServerEnvironment` implements the core's
+:class:`~jupyter_suspend.server.environment.Environment` protocol over
+jupyter_server's managers, so that the lifecycle core and the backends never
+touch tornado or the ServerApp directly.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import queue
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,52 +22,10 @@ import psutil
 from jupyter_core.utils import ensure_async
 
 from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
+from .environment import KernelRecord, KernelReply, ReplyOutcome
 from .states import new_operation_id
 
 LOAD_HELPER_CODE = "get_ipython().run_line_magic('load_ext', 'jupyter_suspend')"
-
-
-@dataclass
-class KernelRecord:
-    """A running kernel and the session (notebook, console) it belongs to."""
-
-    kernel_id: str
-    kernel_name: str
-    execution_state: str = "unknown"
-    last_activity: float | None = None
-    pid: int | None = None
-    #: Process creation time (psutil, rounded like the kernel side's reading).
-    process_start: float | None = None
-    session_id: str | None = None
-    path: str | None = None
-    name: str | None = None
-    type: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> KernelRecord:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class KernelReply:
-    """What a kernel answered to a protocol request."""
-
-    kernel_id: str
-    outcome: str  # ok | error | absent | timeout | dead | expired
-    message: str = ""
-    content: dict[str, Any] = field(default_factory=dict)
-    elapsed: float = 0.0
-
-    @property
-    def helper(self) -> bool:
-        return self.outcome in {"ok", "error"}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: How long a stop waits for the browsers' websockets to its kernel to close
@@ -130,8 +88,8 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
-class Workspace:
-    """Sessions, kernels and files of one Jupyter server."""
+class JupyterServerEnvironment:
+    """Sessions, kernels and files of one Jupyter server (the :class:`Environment` of the server)."""
 
     def __init__(self, serverapp: Any):
         self.serverapp = serverapp
@@ -168,6 +126,9 @@ class Workspace:
             process = getattr(provisioner, "process", None)
             pid = getattr(process, "pid", None)
         return pid if isinstance(pid, int) else None
+
+    def has_kernel(self, kernel_id: str) -> bool:
+        return kernel_id in self.kernel_manager
 
     async def kernels(self) -> list[KernelRecord]:
         """Every running kernel, with its session when it has one."""
@@ -240,6 +201,9 @@ class Workspace:
             )
         return kernel_id
 
+    async def restart_kernel(self, kernel_id: str) -> None:
+        await ensure_async(self.kernel_manager.restart_kernel(kernel_id))
+
     async def wait_kernel_ready(self, kernel_id: str, timeout: float) -> float:
         """Wait until the kernel answers ``kernel_info``: a cell can run now."""
         km = self.kernel_manager.get_kernel(kernel_id)
@@ -297,7 +261,7 @@ class Workspace:
         started = time.monotonic()
         dead = await self._alive(kernel_id)
         if dead:
-            return KernelReply(kernel_id, "dead", dead)
+            return KernelReply(kernel_id, ReplyOutcome.DEAD, dead)
         request = {
             "protocol": PROTOCOL_VERSION,
             "action": action,
@@ -308,7 +272,9 @@ class Workspace:
         reply, state = await self._execute(kernel_id, "", {USER_EXPRESSION_KEY: build_expression(request)}, timeout)
         elapsed = time.monotonic() - started
         if reply is None:
-            return KernelReply(kernel_id, "timeout", f"no answer in {timeout:g}s (kernel {state})", elapsed=elapsed)
+            return KernelReply(
+                kernel_id, ReplyOutcome.TIMEOUT, f"no answer in {timeout:g}s (kernel {state})", elapsed=elapsed
+            )
         result = _interpret_reply(kernel_id, reply)
         result.elapsed = elapsed
         return result
@@ -317,7 +283,7 @@ class Workspace:
         """Like :meth:`kernel_request`, loading the IPython extension first in a
         kernel that has it installed but not loaded (a freshly restarted one)."""
         reply = await self.kernel_request(kernel_id, action, timeout, **params)
-        if reply.outcome == "absent" and reply.content.get("helper") is False:
+        if reply.helper_installed_not_loaded:
             await self._execute(kernel_id, LOAD_HELPER_CODE, {}, timeout)
             reply = await self.kernel_request(kernel_id, action, timeout, **params)
         return reply
@@ -338,21 +304,25 @@ class Workspace:
 
 def _interpret_reply(kernel_id: str, content: dict[str, Any]) -> KernelReply:
     if content.get("status") != "ok":
-        return KernelReply(kernel_id, "absent", f"kernel could not run the request: {content.get('ename', 'error')}")
+        return KernelReply(
+            kernel_id, ReplyOutcome.ABSENT, f"kernel could not run the request: {content.get('ename', 'error')}"
+        )
     expression = (content.get("user_expressions") or {}).get(USER_EXPRESSION_KEY)
     if not isinstance(expression, dict) or expression.get("status") != "ok":
         ename = expression.get("ename", "no result") if isinstance(expression, dict) else "no result"
-        return KernelReply(kernel_id, "absent", f"jupyter_suspend helper not available in this kernel ({ename})")
+        return KernelReply(
+            kernel_id, ReplyOutcome.ABSENT, f"jupyter_suspend helper not available in this kernel ({ename})"
+        )
     text = expression.get("data", {}).get("text/plain", "")
     try:
         answer = json.loads(ast.literal_eval(text))
     except (ValueError, SyntaxError, TypeError):
-        return KernelReply(kernel_id, "absent", "kernel answered something that is not a protocol reply")
+        return KernelReply(kernel_id, ReplyOutcome.ABSENT, "kernel answered something that is not a protocol reply")
     if not isinstance(answer, dict):
-        return KernelReply(kernel_id, "absent", "kernel answered something that is not a protocol reply")
+        return KernelReply(kernel_id, ReplyOutcome.ABSENT, "kernel answered something that is not a protocol reply")
     if answer.get("status") == "expired":
-        return KernelReply(kernel_id, "expired", answer.get("message", ""), answer)
+        return KernelReply(kernel_id, ReplyOutcome.EXPIRED, answer.get("message", ""), answer)
     if not answer.get("helper", False):
-        return KernelReply(kernel_id, "absent", answer.get("message", "helper not loaded"), answer)
-    outcome = "ok" if answer.get("status") == "ok" else "error"
+        return KernelReply(kernel_id, ReplyOutcome.ABSENT, answer.get("message", "helper not loaded"), answer)
+    outcome = ReplyOutcome.OK if answer.get("status") == "ok" else ReplyOutcome.ERROR
     return KernelReply(kernel_id, outcome, answer.get("message", ""), answer)

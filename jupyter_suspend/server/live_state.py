@@ -16,11 +16,19 @@ report, into one of three verdicts:
 
 :func:`compare` is pure (no I/O), so the REST endpoint, the magic and the
 lifecycle's check after a live restore all say the same thing.
+
+:class:`LiveStateRecords` keeps the records (rebuilt from the journal at
+start-up by :func:`~jupyter_suspend.server.replay.replay`) and answers
+``POST verify`` by observing a kernel through the
+:class:`~jupyter_suspend.server.environment.Environment`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .environment import Environment
 
 VERDICTS = ("LIVE", "COLD", "MISMATCH")
 
@@ -212,3 +220,106 @@ def compare(
         },
         "checkpoints_restored": restored,
     }
+
+
+def record_live_state(
+    records: dict[str, dict[str, Any]], kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]
+) -> None:
+    """Keep in ``records`` what identifies each kernel's process at a suspend or
+    checkpoint (``kernels`` as in a ``flushed``/``checkpointed`` entry): its
+    canary when the helper answered, else the pid and start time the server saw
+    (enough to prove a restart, never enough to claim LIVE)."""
+    for kernel in kernels:
+        kernel_id = kernel.get("kernel_id")
+        if not kernel_id:
+            continue
+        if kernel.get("status") == "checkpointed" and kernel.get("canary"):
+            records[kernel_id] = record_from_flush(kernel, source, entry.get("operation_id"), entry.get("time"))
+            continue
+        if kernel.get("pid") is None:
+            continue
+        known = records.get(kernel_id, {}).get("canary", {})
+        if known.get("hash") and known.get("pid") == kernel["pid"]:
+            continue  # the same process's canary from an earlier checkpoint says more
+        identity = {"pid": kernel["pid"], "process_start": kernel.get("process_start")}
+        records[kernel_id] = record_from_flush(
+            {**kernel, "canary": identity}, source, entry.get("operation_id"), entry.get("time")
+        )
+
+
+class LiveStateRecords:
+    """The live-state record of every kernel, and the verdicts against them."""
+
+    def __init__(self, environment: Environment, records: dict[str, dict[str, Any]] | None = None):
+        self.environment = environment
+        #: kernel id -> the record of its last suspend or checkpoint
+        self.records: dict[str, dict[str, Any]] = dict(records or {})
+
+    def record(self, kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]) -> None:
+        record_live_state(self.records, kernels, source, entry)
+
+    async def observe(self, kernel_id: str, names: list[str], timeout: float, state: str) -> dict[str, Any]:
+        """Ask a kernel for its observation (or look at it from outside when it
+        has no helper); VerifyError when it cannot answer within ``timeout``."""
+        record = {k.kernel_id: k for k in await self.environment.kernels()}.get(kernel_id)
+        if record is None:
+            raise VerifyError(409, f"kernel {kernel_id} is not running (state {state}): nothing to observe", kernel_id)
+        reply = await self.environment.kernel_request(kernel_id, "verify", timeout, names=names)
+        if reply.busy:
+            raise VerifyError(
+                409, f"kernel {kernel_id} is busy: run %verify_live_state in it, or retry when it is idle", kernel_id
+            )
+        if reply.ok and isinstance(reply.content.get("observed"), dict):
+            observed: dict[str, Any] = reply.content["observed"]
+            return observed
+        if reply.no_helper:
+            return external_observation(record.pid, record.process_start, names)
+        raise VerifyError(409, f"kernel {kernel_id} could not be observed: {reply.message}", kernel_id)
+
+    async def verify(
+        self,
+        kernel_id: str,
+        names: list[str] | None,
+        observed: dict[str, Any] | None,
+        *,
+        last_restore: dict[str, Any] | None,
+        state: str,
+        timeout: float,
+    ) -> dict[str, Any]:
+        """The verdict on one kernel against its last suspend or checkpoint record.
+
+        With ``observed`` (sent by the kernel itself, busy running the magic)
+        only compare; otherwise ask the kernel. The caller journals the verdict.
+        """
+        record = self.records.get(kernel_id)
+        if record is None:
+            running = self.environment.has_kernel(kernel_id)
+            raise VerifyError(
+                404,
+                f"no suspend or checkpoint recorded for kernel {kernel_id}: nothing to compare with"
+                + (" (suspend or checkpoint first)" if running else ""),
+                kernel_id,
+            )
+        if observed is None:
+            # The state the server tracks can lag; a busy-looking kernel gets a short chance.
+            busy = any(k.kernel_id == kernel_id and k.reported_busy for k in await self.environment.kernels())
+            observed = await self.observe(kernel_id, list(names or []), min(2.0 if busy else 10.0, timeout), state)
+        return compare(kernel_id, observed, record, last_restore, names)
+
+    async def verify_canaries(self, flushed_kernels: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+        """Compare each kernel's live-state canary with the one recorded at the suspend."""
+        results = []
+        for flushed in flushed_kernels:
+            kernel_id = flushed["kernel_id"]
+            if not flushed.get("canary"):
+                continue
+            record = self.records.get(kernel_id) or record_from_flush(flushed, "suspend", None, None)
+            try:
+                observed = await self.observe(kernel_id, [], timeout, "restoring")
+            except VerifyError as exc:
+                # Unproven is not live.
+                results.append({"kernel_id": kernel_id, "verdict": "COLD", "message": f"not verified: {exc}"})
+                continue
+            result = compare(kernel_id, observed, record, None, [])
+            results.append({k: result[k] for k in ("kernel_id", "verdict", "message", "details")})
+        return results

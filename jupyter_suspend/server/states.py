@@ -10,9 +10,12 @@ import enum
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .journal import utc_iso
+
+if TYPE_CHECKING:
+    from .backends.base import Capabilities
 
 
 class State(str, enum.Enum):
@@ -52,6 +55,66 @@ class OperationKind(str, enum.Enum):
     CHECKPOINT = "checkpoint"
 
 
+class Action(str, enum.Enum):
+    """What a user may ask for: the three operations, and acknowledging a failure."""
+
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    CHECKPOINT = "checkpoint"
+    ACKNOWLEDGE = "acknowledge"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer of :func:`allowed`: true when the action may start now, else why not."""
+
+    allowed: bool
+    reason: str = ""
+    #: Refused because another operation is running (a 409 naming it).
+    operation_in_progress: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def allowed(
+    action: Action,
+    state: State,
+    has_resume_plan: bool,
+    capabilities: Capabilities,
+    operation_in_progress: bool,
+) -> Decision:
+    """The one rule for what may start now; ``_claim`` and ``status()`` both ask it.
+
+    Pure. A suspend starts from a working session (running, ready), or from
+    failed when nothing waits to be resumed (a failed live return: suspending
+    again forgets nothing); never from failed with a resume plan, which a new
+    suspend would forget. A resume needs a plan, and a backend the server
+    resumes. A checkpoint flushes whatever runs, also after a failure.
+    """
+    if operation_in_progress:
+        return Decision(False, f"another operation is running while {state.value}", operation_in_progress=True)
+    if action == Action.SUSPEND:
+        ok = State.FLUSHING in TRANSITIONS[state] and (state in STEADY_STATES or not has_resume_plan)
+        why = "" if ok else f"cannot suspend while {state.value}"
+        if not ok and state == State.FAILED:
+            why += ": the recorded sessions wait to be resumed (resume, or acknowledge to forget them)"
+        return Decision(ok, why)
+    if action == Action.RESUME:
+        if not capabilities.resume_from_server:
+            return Decision(False, "resumed by the platform, not by this server")
+        ok = has_resume_plan and state in (State.SUSPENDED, State.FAILED)
+        why = "" if ok else f"cannot resume while {state.value}"
+        if not ok and state in (State.SUSPENDED, State.FAILED):
+            why += ": nothing recorded to resume"
+        return Decision(ok, why)
+    if action == Action.CHECKPOINT:
+        ok = state in STEADY_STATES or state == State.FAILED
+        return Decision(ok, "" if ok else f"cannot checkpoint while {state.value}")
+    ok = state == State.FAILED
+    return Decision(ok, "" if ok else f"nothing to acknowledge while {state.value}")
+
+
 class Outcome(str, enum.Enum):
     SUCCEEDED = "succeeded"
     ABORTED = "aborted"  # nothing was released; the session keeps running
@@ -61,6 +124,17 @@ class Outcome(str, enum.Enum):
 class RestoreKind(str, enum.Enum):
     LIVE = "live"  # the same processes survived (proved by the live-state canary)
     COLD = "cold"  # new processes; recover from files and application checkpoints
+
+
+@dataclass
+class Failure:
+    """Why the environment is in the failed state, and what the user can do."""
+
+    reason: str
+    next_step: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "next_step": self.next_step}
 
 
 class LifecycleError(Exception):

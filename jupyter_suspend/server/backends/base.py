@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from traitlets import MetaHasTraits
 from traitlets.config import LoggingConfigurable
 
+from .. import wording
 from ..states import RestoreKind, State
 
 if TYPE_CHECKING:
-    from ..jupyter_environment import KernelRecord, Workspace
+    from ..environment import Environment, KernelRecord
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class Suspended:
     environment_stopped_at: float
     node_released_at: float | None
     released: ResourceReport
-    #: Anything the backend needs to restore later; journaled durably.
-    restore_record: dict[str, Any] = field(default_factory=dict)
+    #: What the backend needs to resume later (its own data, JSON); journaled durably.
+    resume_plan: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +127,7 @@ class ColdStartVerdict:
 @dataclass
 class ReleaseContext:
     operation_id: str
-    workspace: Workspace
+    environment: Environment
     kernels: list[KernelRecord]
     reason: str
 
@@ -135,8 +136,10 @@ class ReleaseContext:
 class RestoreContext:
     operation_id: str
     cycle_id: str
-    workspace: Workspace
-    restore_record: dict[str, Any]
+    environment: Environment
+    #: The plan the release left: :attr:`Suspended.resume_plan`, or
+    #: ``{"kernels": [...]}`` (the kernels recorded before the release started).
+    resume_plan: dict[str, Any]
     kernel_env: dict[str, str]
 
 
@@ -155,30 +158,41 @@ class Backend(LoggingConfigurable, metaclass=_BackendMeta):
     capabilities: Capabilities = Capabilities()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "capabilities": self.capabilities.to_dict()}
+        """``backend`` of status and preflight: name, capabilities and the
+        sentences derived from them (``text``, see :mod:`~jupyter_suspend.server.wording`)."""
+        return {
+            "name": self.name,
+            "capabilities": self.capabilities.to_dict(),
+            "text": wording.backend_text(self.capabilities),
+        }
 
-    async def preflight_notes(self, workspace: Workspace) -> list[str]:
-        """Platform facts worth showing before a suspend (empty by default)."""
+    async def preflight_notes(self, environment: Environment) -> list[str]:
+        """Platform facts worth showing before a suspend, beyond what the
+        capabilities already say (empty by default)."""
         return []
 
     @abc.abstractmethod
     async def release(self, ctx: ReleaseContext) -> ReleaseOutcome:
         """Take the environment down. Called only after a successful flush.
 
-        Raise :class:`~jupyter_suspend.model.FlushFailed` if nothing was
-        released and the session can keep running as it is.
+        Use only ``ctx.environment`` (the :class:`~jupyter_suspend.server.environment.Environment`
+        protocol). Raise :class:`~jupyter_suspend.server.states.FlushFailed` if
+        nothing was released and the session can keep running as it is.
         """
 
     @abc.abstractmethod
     async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
-        """Bring the environment back from ``ctx.restore_record``.
+        """Bring the environment back from ``ctx.resume_plan``.
 
-        Raise :class:`~jupyter_suspend.model.CapacityUnavailable` to wait and
-        retry, :class:`~jupyter_suspend.model.RestoreFailed` to give up with a
-        next step for the user.
+        Raise :class:`~jupyter_suspend.server.states.CapacityUnavailable` to
+        wait and retry, :class:`~jupyter_suspend.server.states.RestoreFailed`
+        to give up with a next step for the user.
         """
 
     @abc.abstractmethod
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         """Decide the state of a server process that finds a journal from a
-        previous process (``last_state`` is the last state it recorded)."""
+        previous process (``last_state`` is the last state it recorded).
+
+        The message may be empty: :mod:`~jupyter_suspend.server.wording` then
+        says what the capabilities allow to say."""

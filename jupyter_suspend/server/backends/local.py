@@ -16,7 +16,8 @@ from typing import Any
 import psutil
 from traitlets import Float, Integer
 
-from ..jupyter_environment import KernelRecord
+from .. import wording
+from ..environment import Environment, KernelRecord
 from ..resources import GpuProbe, measure, wait_until_gone
 from ..states import CapacityUnavailable, FlushFailed, RestoreFailed, RestoreKind, State
 from .base import (
@@ -67,13 +68,8 @@ class LocalBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "gpu_measurement": self.gpu.reason}
 
-    async def preflight_notes(self, workspace: Any) -> list[str]:
-        notes = [
-            "Kernels will be shut down: variables in memory come back only from application checkpoints.",
-        ]
-        if not self.gpu.available:
-            notes.append(f"GPU memory is not measured here ({self.gpu.reason}).")
-        return notes
+    async def preflight_notes(self, environment: Environment) -> list[str]:
+        return [] if self.gpu.available else [wording.gpu_not_measured(self.gpu.reason)]
 
     async def release(self, ctx: ReleaseContext) -> Suspended:
         report = ResourceReport(gpu_measurement=self.gpu.reason)
@@ -96,7 +92,7 @@ class LocalBackend(Backend):
         stopped: list[str] = []
         for record in ctx.kernels:
             try:
-                await ctx.workspace.stop_kernel(record)
+                await ctx.environment.stop_kernel(record)
             except Exception as exc:
                 if not stopped:
                     # Nothing released yet: abort, the session keeps running.
@@ -106,14 +102,14 @@ class LocalBackend(Backend):
         environment_stopped_at = time.time()
 
         node_released_at, holding = await asyncio.to_thread(wait_until_gone, pids, self.gpu, self.release_timeout)
-        record_data: dict[str, Any] = {"kernels": [k.to_dict() for k in ctx.kernels]}
+        plan: dict[str, Any] = {"kernels": [k.to_dict() for k in ctx.kernels]}
         if holding:
-            record_data["still_running_pids"] = holding
+            plan["still_running_pids"] = holding
         return Suspended(
             environment_stopped_at=environment_stopped_at,
             node_released_at=node_released_at,
             released=report,
-            restore_record=record_data,
+            resume_plan=plan,
         )
 
     def _check_capacity(self) -> None:
@@ -130,16 +126,18 @@ class LocalBackend(Backend):
     async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
         self._check_capacity()
         capacity_available_at = time.time()
-        records = [KernelRecord.from_dict(k) for k in ctx.restore_record.get("kernels", [])]
+        records = [KernelRecord.from_dict(k) for k in ctx.resume_plan.get("kernels", [])]
 
         async def start(record: KernelRecord) -> RestoredKernel:
             result = RestoredKernel(record.kernel_id, record.session_id, record.path, record.kernel_name, None)
             try:
-                if record.kernel_id in ctx.workspace.kernel_manager:
+                if ctx.environment.has_kernel(record.kernel_id):
                     result.error = "a kernel with this id is already running; left as it is"
                     return result
-                await ctx.workspace.start_kernel(record, ctx.kernel_env)
-                result.runnable_at = await ctx.workspace.wait_kernel_ready(record.kernel_id, self.kernel_ready_timeout)
+                await ctx.environment.start_kernel(record, ctx.kernel_env)
+                result.runnable_at = await ctx.environment.wait_kernel_ready(
+                    record.kernel_id, self.kernel_ready_timeout
+                )
             except Exception as exc:  # noqa: BLE001 - reported per kernel
                 result.error = f"{type(exc).__name__}: {exc}"
             return result
@@ -164,27 +162,11 @@ class LocalBackend(Backend):
 
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         when = last_entry.get("time", "an unknown time") if last_entry else "an unknown time"
-        if last_state in {State.SUSPENDED, State.WAITING_FOR_CAPACITY, State.RESTORING}:
-            return ColdStartVerdict(
-                State.SUSPENDED,
-                f"The server restarted while suspended (last recorded {last_state.value} at {when}). "
-                "The recorded sessions can be resumed.",
-            )
-        if last_state == State.SNAPSHOTTING:
-            return ColdStartVerdict(
-                State.SUSPENDED,
-                f"The server stopped while kernels were being shut down ({when}). "
-                "Flushed files and checkpoints are on disk; resume restarts the recorded sessions.",
-            )
-        if last_state == State.FLUSHING:
-            return ColdStartVerdict(
-                State.RUNNING,
-                f"The server stopped during a flush at {when}; nothing had been released by jupyter-suspend.",
-            )
-        if last_state == State.FAILED:
-            return ColdStartVerdict(
-                State.FAILED,
-                f"The previous server recorded a failure at {when}.",
-                next_step="Resume retries restarting the recorded sessions; acknowledge to carry on without them.",
-            )
-        return ColdStartVerdict(State.RUNNING, "")
+        if last_state in {State.SUSPENDED, State.WAITING_FOR_CAPACITY, State.RESTORING, State.SNAPSHOTTING}:
+            state = State.SUSPENDED
+        elif last_state == State.FAILED:
+            state = State.FAILED
+        else:
+            state = State.RUNNING
+        message, next_step = wording.cold_start(self.capabilities, last_state, state, when)
+        return ColdStartVerdict(state, message, next_step=next_step)

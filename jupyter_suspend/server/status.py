@@ -1,0 +1,44 @@
+"""``GET status``: the lifecycle's state as the REST API and the plugin read it.
+
+Every ``can_*`` comes from :func:`~jupyter_suspend.server.states.allowed`,
+the same rule the operations are claimed by, so the plugin never re-derives
+the state table.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .journal import BOOT_ID, utc_iso
+from .states import Action, State
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle
+
+
+def status(lifecycle: Lifecycle) -> dict[str, Any]:
+    last_activity = lifecycle.environment.last_activity()
+    now = time.time()
+    operation = lifecycle.operation
+    state = lifecycle.state
+    return {
+        "state": state.value,
+        "since": utc_iso(lifecycle.since),
+        "seconds_in_state": round(now - lifecycle.since, 3),
+        "message": lifecycle.message,
+        "restore": lifecycle.restore.value if state == State.READY and lifecycle.restore else None,
+        "failure": lifecycle.failure.to_dict() if state == State.FAILED and lifecycle.failure else None,
+        "operation": operation.to_dict() if operation else None,
+        "backend": lifecycle.backend.describe(),
+        "last_activity": utc_iso(last_activity) if last_activity else None,
+        "idle_seconds": round(now - last_activity, 3) if last_activity else None,
+        "can_suspend": bool(lifecycle.decide(Action.SUSPEND)),
+        "can_resume": bool(lifecycle.decide(Action.RESUME)),
+        "can_checkpoint": bool(lifecycle.decide(Action.CHECKPOINT)),
+        "can_acknowledge": bool(lifecycle.decide(Action.ACKNOWLEDGE)),
+        "cold_start": lifecycle.cold_start,
+        "last_restore": lifecycle.last_restore,
+        "server": {"boot_id": BOOT_ID},
+        "journal": {"path": str(lifecycle.journal.path), "problems": lifecycle.journal_problems},
+    }
