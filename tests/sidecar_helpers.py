@@ -73,7 +73,14 @@ def installed_policy(name: str = "notebook-snapshots") -> dict[str, Any]:
 class Sidecar:
     """``python -m jupyter_suspend.sidecar`` with its service-account files from ``kube.incluster_files``."""
 
-    def __init__(self, kube: KubeAPI, directory: Path, args: Sequence[str] = (), pod_uid: str = "uid-at-start"):
+    def __init__(
+        self,
+        kube: KubeAPI,
+        directory: Path,
+        args: Sequence[str] = (),
+        pod_uid: str = "uid-at-start",
+        tcp: tuple[str, int] | None = None,
+    ):
         self.kube = kube
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +92,10 @@ class Sidecar:
         self.args = list(args)
         self.pod_uid = pod_uid
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client = SidecarClient(self.socket_path, self.secret_path, timeout=20.0)
+        self.tcp = tcp
+        if tcp is not None:
+            self.args += ["--listen", f"{tcp[0]}:{tcp[1]}"]
+        self.client = SidecarClient(self.socket_path, self.secret_path, timeout=20.0, tcp=tcp)
 
     def command(self) -> list[str]:
         return [
@@ -166,9 +176,10 @@ class Sidecar:
             head["Content-Length"] = str(len(body))
         head.update(headers or {})
         request = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        family = socket.AF_INET if self.tcp else socket.AF_UNIX
+        with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(20)
-            s.connect(self.socket_path)
+            s.connect(self.tcp or self.socket_path)
             s.sendall(request.encode("latin-1") + body)
             chunks = []
             while data := s.recv(65536):
@@ -183,3 +194,9 @@ def chunked(body: bytes, size: int = 4096) -> bytes:
         part = body[i : i + size]
         out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
     return out + b"0\r\n\r\n"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

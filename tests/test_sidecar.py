@@ -30,6 +30,7 @@ from tests.sidecar_helpers import (
     STORAGE,
     Sidecar,
     chunked,
+    free_port,
     installed_policy,
     make_pod,
     make_storage_config,
@@ -515,6 +516,19 @@ def test_configuration_is_checked_before_anything_starts(tmp_path: Path) -> None
     help_text = " ".join(help_text.split())
     for variable in ("POD_NAME", "POD_NAMESPACE", "POD_UID", "POLICY_MODE", "POLICY_SELECTOR", "STORAGE_CONFIG"):
         assert f"env {variable}" in help_text
+
+
+def test_loopback_listener_instead_of_the_socket(kube_api: KubeAPI, tmp_path: Path, sidecars: list[Sidecar]) -> None:
+    make_pod(kube_api)
+    sidecar = Sidecar(kube_api, tmp_path / "tcp", REQUIRE_ARGS, tcp=("127.0.0.1", free_port()))
+    sidecars.append(sidecar)
+    sidecar.start()
+    assert not os.path.exists(sidecar.socket_path)
+    assert stat.S_IMODE(os.stat(sidecar.secret_path).st_mode) == 0o600
+    assert run(sidecar.client.pod())["name"] == POD
+    kube_api.reset_calls()
+    assert sidecar.raw("GET", proto.PATH_POD, auth=None)[0] == 401
+    assert kube_api.calls == []
 
 
 def test_client_without_a_sidecar(tmp_path: Path) -> None:
