@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -276,3 +277,49 @@ def test_tensor_from_an_absent_device_loads_on_cpu_with_a_warning(tmp_path: Path
     assert result.objects["w"].device.type == "cpu"
     assert torch.equal(result.objects["w"], torch.arange(6.0).reshape(2, 3))
     assert result.warnings == ["w: tensor 'value' was on cuda:0, which is not available here: loaded on the CPU"]
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "[]",
+        '"a string"',
+        '{"format": "jupyter-suspend-checkpoint", "objects": []}',
+        '{"format": "jupyter-suspend-checkpoint", "objects": {"x": 5}}',
+        '{"format": "jupyter-suspend-checkpoint", "objects": {"x": {"name": "y", "kind": "object"}}}',
+        '{"format": "jupyter-suspend-checkpoint", "objects": {"x": {"name": "x", "kind": "object", "pickle": []}}}',
+    ],
+)
+def test_manifest_of_the_wrong_shape_is_reported_by_name_and_skipped(tmp_path: Path, manifest: str) -> None:
+    store = CheckpointStore(tmp_path / "nb")
+    good = store.save([SaveItem("x", obj=[1, 2, 3])])
+    bad = tmp_path / "nb" / "20991231T235959.000000Z-abcdef"
+    bad.mkdir()
+    (bad / "manifest.json").write_text(manifest)
+    # Listing, loading, saving (with its pruning) keep working; the bad generation is named.
+    assert [g.id for g in store.generations()] == [good.id]
+    assert len(store.problems) == 1
+    assert bad.name in store.problems[0]
+    assert "corrupt manifest" in store.problems[0]
+    assert store.names() == ["x"]
+    assert store.load(["x"]).objects == {"x": [1, 2, 3]}
+    newer = store.save([SaveItem("x", obj=[4])])
+    assert [g.id for g in store.generations()] == [newer.id, good.id]
+    assert bad.exists()  # kept for whoever wants to look at it
+
+
+def test_generation_folder_names_with_a_trailing_newline_are_not_generations(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "nb")
+    good = store.save([SaveItem("x", obj=1)])
+    odd = tmp_path / "nb" / (good.id[:-1] + "0\n")
+    (tmp_path / "nb" / good.id).rename(odd)
+    assert store.generations() == []
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, lambda f: {"log": f, "n": 1}, lambda f: [1, [f]]])
+def test_open_file_objects_are_refused_with_the_message(tmp_path: Path, wrap: Any) -> None:
+    store = CheckpointStore(tmp_path / "nb")
+    with open(tmp_path / "data.txt", "w") as fh, pytest.raises(SaveError, match="Open files") as failure:
+        store.save([SaveItem("log", obj=wrap(fh))])
+    assert "open file" in str(failure.value)
+    assert store.generations() == []

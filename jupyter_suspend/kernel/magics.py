@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from .client import ApiError, ServerNotFound, SuspendAPI
-from .extension import SuspendKernel, human_bytes, restore_reply
+from .helper import KernelHelper, human_bytes, restore_reply
 from .registry import NotRegistered
 from .store import CorruptCheckpoint, SaveError
 
@@ -75,14 +75,24 @@ def _err(message: str) -> None:
     print(f"jupyter-suspend: {message}", file=sys.stderr)
 
 
+def _unregistered_note(exc: BaseException) -> str:
+    """What a failed save took back: names it had registered are unregistered again."""
+    names = getattr(exc, "unregistered", None) or []
+    if not names:
+        return ""
+    listed = ", ".join(repr(n) for n in names)
+    verb = "is" if len(names) == 1 else "are"
+    return f"; {listed} {verb} not registered (its first save failed)"
+
+
 @magics_class
 class SuspendMagics(Magics):
-    def __init__(self, shell: Any, kernel_side: SuspendKernel):
+    def __init__(self, shell: Any, kernel_helper: KernelHelper):
         super().__init__(shell=shell)
-        self.kernel_side = kernel_side
+        self.kernel_helper = kernel_helper
 
     def _api(self) -> SuspendAPI:
-        return SuspendAPI.discover(timeout=self.kernel_side.server_timeout)
+        return SuspendAPI.discover(timeout=self.kernel_helper.server_timeout)
 
     # -- %suspend -------------------------------------------------------------
     @line_magic
@@ -96,11 +106,11 @@ class SuspendMagics(Magics):
         try:
             args = _suspend_parser().parse_args(shlex.split(line))
             api = self._api()
-            me = self.kernel_side.kernel_id()
+            me = self.kernel_helper.kernel_id()
             if me:
                 api.wait_seen_busy(me)
             preflight = api.post("suspend", {"dry_run": True})
-            preflight = fill_own_line(preflight, me, self.kernel_side.registry.names())
+            preflight = fill_own_line(preflight, me, self.kernel_helper.registry.names())
             print(format_preflight(preflight, me))
             if args.dry_run:
                 return
@@ -113,7 +123,7 @@ class SuspendMagics(Magics):
                 _err(f"suspend not started: {exc}")
                 return
             operation = accepted.get("operation", {})
-            names = self.kernel_side.registry.names()
+            names = self.kernel_helper.registry.names()
             saving = f"its checkpoints ({', '.join(names)})" if names else "no checkpoints (nothing registered)"
             print(
                 f"Suspend requested: operation {operation.get('id')}. This kernel writes {saving} as soon as this "
@@ -135,13 +145,13 @@ class SuspendMagics(Magics):
         except (ServerNotFound, ApiError) as exc:
             _err(str(exc))
             return
-        print(format_status(status, timeline, self.kernel_side.kernel_id()))
+        print(format_status(status, timeline, self.kernel_helper.kernel_id()))
 
     # -- %checkpoint ----------------------------------------------------------
     @line_magic
     def checkpoint(self, line: str) -> None:
         """%checkpoint save|restore|list|add|remove ... (see %checkpoint --help)."""
-        ks = self.kernel_side
+        ks = self.kernel_helper
         try:
             args = _checkpoint_parser().parse_args(shlex.split(line))
             if args.command == "add":
@@ -170,11 +180,11 @@ class SuspendMagics(Magics):
         except _Usage as exc:
             print(str(exc), file=sys.stderr)
         except (SaveError, NameError, ValueError, TypeError, FileNotFoundError, CorruptCheckpoint) as exc:
-            _err(str(exc))
+            _err(str(exc) + _unregistered_note(exc))
         except NotRegistered as exc:
             _err(f"{exc.args[0]!r} is not registered")
         except OSError as exc:
-            _err(f"checkpoint folder problem: {exc}")
+            _err(f"checkpoint folder problem: {exc}" + _unregistered_note(exc))
 
     # -- %verify_live_state ---------------------------------------------------
     @line_magic
@@ -182,7 +192,7 @@ class SuspendMagics(Magics):
         """%verify_live_state [NAME ...]: did the live session come back (LIVE), is this a new
         process (COLD), or does something not add up (MISMATCH)?"""
         names = shlex.split(line)
-        ks = self.kernel_side
+        ks = self.kernel_helper
         kernel_id = ks.kernel_id()
         if kernel_id is None:
             _err("cannot tell this kernel's id (no kernel-<id>.json connection file); set JUPYTER_SUSPEND_KERNEL_ID")
@@ -335,7 +345,7 @@ def format_restored(reply: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_list(ks: SuspendKernel, folder: str | None, verify: bool) -> str:
+def format_list(ks: KernelHelper, folder: str | None, verify: bool) -> str:
     registry = ks.registry
     lines = ["registered:" + ("" if registry.names() else " (none)")]
     for reg in registry.items():

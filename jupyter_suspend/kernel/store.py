@@ -65,7 +65,8 @@ MANIFEST = "manifest.json"
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
 #: ASCII identifiers: they become variables again and file names on any file system.
-_GENERATION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
+#: Matched with ``fullmatch`` (``$`` would also accept a trailing newline).
+_GENERATION_RE = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}")
 
 
 class SaveError(Exception):
@@ -124,6 +125,10 @@ def serialize(obj: Any) -> Serialized:
 
     class Pickler(base):  # type: ignore[misc,valid-type]
         def persistent_id(self, value: Any) -> Any:
+            if isinstance(value, io.IOBase):
+                # cloudpickle would save a file's content and reopen nothing
+                # useful: refuse, as the message about open files promises.
+                raise TypeError(f"it holds an open file object ({type(value).__module__}.{type(value).__qualname__})")
             key = seen.get(id(value))
             if key is not None:
                 return ("jupyter_suspend.tensor", key)
@@ -218,6 +223,57 @@ def observe(obj: Any) -> dict[str, Any]:
         "tensors": len(tensors),
         "devices": sorted({t["device"] for t in tensors}),
     }
+
+
+# -- manifests -----------------------------------------------------------------
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_objects(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """What makes a parsed ``manifest.json`` unusable (None when every field the
+    store reads has the right type). Checked on every read: a manifest that is
+    valid JSON of the wrong shape must cost one generation, not the folder."""
+    if not isinstance(manifest, dict):
+        return f"not an object but {type(manifest).__name__}"
+    if manifest.get("format") != FORMAT:
+        return "not a jupyter-suspend manifest"
+    objects = manifest.get("objects")
+    if not isinstance(objects, dict):
+        return "'objects' is not an object"
+    for key, value in (
+        ("created_epoch", manifest.get("created_epoch", 0.0)),
+        ("chunk_bytes", manifest.get("chunk_bytes", 1)),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{key!r} is not a number"
+    for name, entry in objects.items():
+        where = f"objects[{name!r}]"
+        if not isinstance(entry, dict):
+            return f"{where} is not an object"
+        if entry.get("name") != name:
+            return f"{where} names {entry.get('name')!r}"
+        if entry.get("kind") == "callback":
+            if not _is_str(entry.get("folder")) or not _is_objects(entry.get("files")):
+                return f"{where} lacks its folder or files"
+            if not all(_is_str(f.get("file")) and _is_str(f.get("sha256")) for f in entry["files"]):
+                return f"{where} has a file without name or checksum"
+            continue
+        pickled = entry.get("pickle")
+        if not isinstance(pickled, dict) or not _is_str(pickled.get("file")) or not _is_str(pickled.get("sha256")):
+            return f"{where}.pickle is not a file with a checksum"
+        data = entry.get("data")
+        if data is not None and (
+            not isinstance(data, dict) or not _is_str(data.get("file")) or not _is_objects(data.get("tensors"))
+        ):
+            return f"{where}.data is not a data file with tensors"
+    return None
 
 
 # -- file helpers --------------------------------------------------------------
@@ -317,7 +373,7 @@ class CheckpointStore:
             return []
         found = []
         for child in self.directory.iterdir():
-            if not _GENERATION_RE.match(child.name) or not child.is_dir():
+            if not _GENERATION_RE.fullmatch(child.name) or not child.is_dir():
                 continue
             manifest_path = child / MANIFEST
             if not manifest_path.exists():
@@ -325,10 +381,12 @@ class CheckpointStore:
                 continue
             try:
                 manifest = json.loads(manifest_path.read_text())
-                if manifest.get("format") != FORMAT:
-                    raise ValueError("not a jupyter-suspend manifest")
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 self.problems.append(f"generation {child.name}: unreadable manifest ({exc}); ignored")
+                continue
+            problem = manifest_problem(manifest)
+            if problem is not None:
+                self.problems.append(f"generation {child.name}: corrupt manifest ({problem}); ignored")
                 continue
             found.append(Generation(child.name, child, manifest))
         found.sort(key=lambda g: g.id, reverse=True)
