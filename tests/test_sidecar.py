@@ -263,6 +263,22 @@ def test_failures_are_reported(
     view = run(client.follow(trigger, wait=1))
     assert view["phase"] == "uploading"
 
+    # A trigger naming a snapshot the API does not show (yet): still checkpointing, and saying so.
+    kube_api.create(
+        {
+            "apiVersion": GKE,
+            "kind": "PodSnapshotManualTrigger",
+            "metadata": {"name": "ghost-trigger", "namespace": NAMESPACE},
+            "spec": {"targetPod": POD},
+            "status": {
+                "conditions": [{"type": "Triggered", "status": "True", "reason": "Complete", "message": "done"}],
+                "snapshotCreated": {"name": "ghost"},
+            },
+        }
+    )
+    ghost = run(client.follow("ghost-trigger"))
+    assert (ghost["phase"], ghost["reason"], ghost["snapshot"]) == ("checkpointing", "SnapshotNotFound", "ghost")
+
     # The API answers 500: a retryable 502.
     kube_api.fail_next("create", "podsnapshotmanualtriggers", code=500)
     with pytest.raises(SidecarError) as err:
@@ -419,7 +435,7 @@ def test_role_grants_exactly_the_calls_the_sidecar_makes(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
     make_pod(kube_api)
-    gke.checkpoint_seconds = gke.upload_seconds = 1.0  # long enough for a follow to wait on each object
+    gke.checkpoint_seconds = gke.upload_seconds = 0.6  # long enough for a follow to wait on each object
     client = start(kube_api, tmp_path, sidecars, CREATE_ARGS, "create-mode").client
     run(client.pod())
     trigger = run(client.request_snapshot())["trigger"]

@@ -139,7 +139,7 @@ def progress_view(
 ) -> proto.SnapshotProgress:
     """Normalize a trigger and its snapshot into one phase.
 
-    ``missing``: the trigger names a snapshot that cannot be found (deleted).
+    ``missing``: the trigger names a snapshot the API does not show.
     """
     t_conds = _conditions(trigger)
     s_conds = _conditions(snapshot)
@@ -163,9 +163,12 @@ def progress_view(
     elif snapshot is not None:
         phase, deciding = "checkpointing", ready or checkpoint
     elif missing:
-        phase, deciding = "failed", None
-        reason = "SnapshotMissing"
-        message = f"the trigger names PodSnapshot {created_name}, which no longer exists"
+        # Not yet visible, or deleted since: which one cannot be told from here, and
+        # calling it failed too early would abort a checkpoint that is happening.
+        # The caller's own deadline ends the wait.
+        phase, deciding = "checkpointing", None
+        reason = "SnapshotNotFound"
+        message = f"the trigger names PodSnapshot {created_name}, which the API does not show (yet)"
     elif triggered is not None:
         phase, deciding = "checkpointing", triggered
     else:
