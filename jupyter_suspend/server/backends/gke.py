@@ -1,0 +1,702 @@
+"""GKE Pod Snapshots: the whole pod is checkpointed, stopped, and restored in a new pod.
+
+The server process is frozen with its pod. Through the sidecar (the only
+holder of a Kubernetes token, :mod:`jupyter_suspend.server.sidecar_client`)
+``release`` asks GKE for a snapshot of this pod and follows it; with the
+policy's ``postCheckpoint: stop`` the pod then stops *while the server is
+inside* ``release``. Two endings:
+
+* **live**: GKE restores the pod from the snapshot and this very process
+  simply continues in the new pod. ``release`` notices from in-pod signals
+  (:mod:`~jupyter_suspend.server.pod_return`: a new pod uid, a wall-clock
+  jump) and returns :class:`~.base.ReturnedLive` at once; the live-state
+  canary then proves (or refutes) that the kernels are the same processes.
+  The late ``PodRestored`` condition is only recorded when it arrives;
+* **cold**: no compatible snapshot existed (the pod spec changed, the snapshot
+  expired or never completed), GKE starts the pod from scratch, silently. A new
+  server process finds the journal: :meth:`GKEBackend.interpret_cold_start`
+  says why a live restore was not possible, as far as the journal tells, and
+  asks the core to resume at once; :meth:`GKEBackend.restore` restarts the
+  recorded kernels (as the local backend does) and the core puts the
+  application checkpoints back. Never a second snapshot restore.
+
+Anything that fails before the pod is stopped (sidecar down, the API
+refusing, a failed trigger or checkpoint, a snapshot never Ready) raises
+:class:`~jupyter_suspend.server.states.FlushFailed`: the suspend is aborted,
+nothing was released, the session keeps running, and the message says why and
+what to do next.
+
+This server process never talks to the Kubernetes API itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from traitlets import Bool, Float, Unicode, default
+
+from ...common import sidecar_protocol as proto
+from ..journal import BOOT_ID, utc_iso
+from ..pod_return import (
+    DEFAULT_CLOCK_JUMP_THRESHOLD,
+    DEFAULT_POD_UID_ENV,
+    DEFAULT_POD_UID_FILE,
+    DEFAULT_SPEC_ENVIRON_PATH,
+    PodIdentity,
+    PodSignals,
+    ReturnCheck,
+)
+from ..sidecar_client import SidecarClient, SidecarError, SidecarUnavailable
+from ..states import FlushFailed, RestoreKind, State
+from .base import (
+    Backend,
+    Capabilities,
+    ColdStartVerdict,
+    ReleaseContext,
+    RestoreContext,
+    RestoreOutcome,
+    ReturnedLive,
+)
+from .local import LocalBackend
+
+#: Journal entry kinds of this backend (the ``gke_`` prefix keeps them apart from the core's).
+EV_IDENTITY = "gke_identity"
+EV_REQUESTED = "gke_snapshot_requested"
+EV_CHECKPOINTED = "gke_checkpoint_done"
+EV_READY = "gke_snapshot_ready"
+EV_STOPPED = "gke_pod_stopped"
+EV_ABORTED = "gke_snapshot_aborted"
+EV_RETURNED = "gke_returned"
+EV_POD_RESTORED = "gke_pod_restored"
+EV_DELETED = "gke_snapshot_deleted"
+EV_COLD = "gke_cold_start"
+
+#: The next step of every abort: the session was never interrupted.
+KEEPS_RUNNING = "Nothing was released; the session keeps running."
+
+Recorder = Callable[..., Any]
+
+
+class _Abort(Exception):
+    """The snapshot will not happen; ``release`` turns it into FlushFailed."""
+
+    def __init__(self, step: str, reason: str, next_step: str, snapshot: str | None = None):
+        super().__init__(reason)
+        self.step = step
+        self.reason = reason
+        self.next_step = next_step
+        self.snapshot = snapshot
+
+
+@dataclass
+class _Progress:
+    """What this process learned about its snapshot request so far."""
+
+    trigger: str
+    requested_at: float
+    snapshot: str | None = None
+    phase: str = "pending"
+    checkpoint_at: float | None = None
+    ready_at: float | None = None
+    stopped_at: float | None = None
+    #: The last wall-clock time the return watcher saw no return (the freeze began after it).
+    last_tick: float | None = None
+    noted: set[str] = field(default_factory=set)
+
+
+def _epoch(text: Any) -> float | None:
+    """An RFC 3339 time (``...Z``) as epoch seconds."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition(progress: proto.SnapshotProgress, source: str, kind: str) -> proto.Condition | None:
+    return next((c for c in progress.get("conditions", []) if c["source"] == source and c["type"] == kind), None)
+
+
+def _kube_next_step(exc: SidecarError) -> str:
+    if exc.next_step:
+        return exc.next_step
+    if exc.retryable:
+        return "The Kubernetes API did not answer properly; suspend again in a moment."
+    return "Check the sidecar's log (container 'sidecar'), then suspend again."
+
+
+class GKEBackend(Backend):
+    """Suspend into a GKE Pod Snapshot through the sidecar; return live, or cold from the journal."""
+
+    name = "gke"
+    capabilities = Capabilities(
+        keeps_files=True,
+        keeps_application_checkpoints=True,
+        keeps_live_memory=True,
+        keeps_gpu_memory=True,
+        releases_kernel_memory=True,
+        releases_node=True,
+        needs_sidecar=True,
+        server_survives_suspend=False,
+        resume_from_server=False,
+    )
+
+    sidecar_socket = Unicode(
+        config=True,
+        help="The sidecar's Unix socket, in the emptyDir shared with the sidecar container "
+        f"(default: $JUPYTER_SUSPEND_SIDECAR_SOCKET, else {proto.DEFAULT_SOCKET_PATH}).",
+    )
+    sidecar_secret = Unicode(
+        config=True,
+        help="The file with the sidecar's bearer secret, written by the sidecar at start "
+        f"(default: $JUPYTER_SUSPEND_SIDECAR_SECRET, else {proto.DEFAULT_SECRET_PATH}).",
+    )
+    sidecar_timeout = Float(30.0, config=True, help="Seconds for one call to the sidecar (a long-poll's wait on top).")
+    settle_seconds = Float(
+        3.0,
+        config=True,
+        help="Seconds to let the kernels' sockets settle after the flush, before the snapshot is "
+        "triggered (sockets frozen mid-close are unstable after a restore; GKE Workspaces waits about 3 s).",
+    )
+    snapshot_timeout = Float(
+        1800.0,
+        config=True,
+        help="Seconds to wait for the snapshot to become Ready before the suspend is aborted "
+        "(counted on the monotonic clock, which does not advance while the pod is frozen).",
+    )
+    follow_interval = Float(
+        10.0,
+        config=True,
+        help=f"Seconds the sidecar holds one progress request (a long-poll, at most {proto.MAX_WAIT_SECONDS:g}).",
+    )
+    return_check_interval = Float(
+        0.5, config=True, help="Seconds between two readings of the in-pod signals that tell a return."
+    )
+    pod_uid_env = Unicode(
+        DEFAULT_POD_UID_ENV,
+        config=True,
+        help="Environment variable with this pod's uid (downward API). After a restore it still holds "
+        "the OLD pod's uid (the environment comes back from memory).",
+    )
+    pod_uid_file = Unicode(
+        DEFAULT_POD_UID_FILE,
+        config=True,
+        help="A downward-API volume file with metadata.uid, read afresh: after a restore it names the NEW "
+        "pod. Missing file: this signal is not used. Empty: never read.",
+    )
+    spec_environ_path = Unicode(
+        DEFAULT_SPEC_ENVIRON_PATH,
+        config=True,
+        help="gVisor's view of the new pod's environment after a restore (GKE Sandbox); "
+        "missing: this signal is not used. Empty: never read.",
+    )
+    clock_jump_threshold = Float(
+        DEFAULT_CLOCK_JUMP_THRESHOLD,
+        config=True,
+        help="Seconds of wall-clock time the monotonic clock did not see that mean the process was frozen "
+        "and restored.",
+    )
+    pod_restored_timeout = Float(
+        900.0,
+        config=True,
+        help="Seconds after a live return to wait for the pod's PodRestored condition (recorded on the timeline).",
+    )
+    pod_restored_poll = Float(
+        5.0, config=True, help="Seconds between two reads of the pod's conditions after a return."
+    )
+    delete_consumed_snapshot = Bool(
+        True,
+        config=True,
+        help="After a live return, once PodRestored is True, delete the snapshot (and its trigger): otherwise a "
+        "later restart of this pod would silently restore that older state.",
+    )
+
+    @default("sidecar_socket")
+    def _default_socket(self) -> str:
+        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SOCKET") or proto.DEFAULT_SOCKET_PATH
+
+    @default("sidecar_secret")
+    def _default_secret(self) -> str:
+        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SECRET") or proto.DEFAULT_SECRET_PATH
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        #: Restarts the recorded kernels on a cold start, as on one machine.
+        self.cold_restart = LocalBackend(parent=self)
+        #: Journal entries of the last suspend cycle a previous process wrote (see :meth:`recall`).
+        self._cycle: list[dict[str, Any]] = []
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- parts -------------------------------------------------------------------------
+
+    def client(self) -> SidecarClient:
+        return SidecarClient(self.sidecar_socket, self.sidecar_secret, timeout=self.sidecar_timeout)
+
+    def signals(self) -> PodSignals:
+        """The in-pod signals (a seam: tests replace the clocks)."""
+        return PodSignals(
+            pod_uid_env=self.pod_uid_env,
+            pod_uid_file=self.pod_uid_file,
+            spec_environ_path=self.spec_environ_path,
+            clock_jump_threshold=self.clock_jump_threshold,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "sidecar": self.sidecar_socket}
+
+    async def sidecar_problem(self, client: SidecarClient | None = None) -> str | None:
+        """Why the sidecar cannot serve a suspend now (None: it answers)."""
+        client = client or self.client()
+        if not await client.healthy():
+            return (
+                f"the sidecar does not answer at {client.socket_path} (is the 'sidecar' container running, "
+                "and its volume mounted in this container?)"
+            )
+        if not os.path.exists(client.secret_path):
+            return f"the sidecar's secret {client.secret_path} is missing (is the sidecar starting?)"
+        return None
+
+    async def preflight_notes(self, environment: Any) -> list[str]:
+        problem = await self.sidecar_problem()
+        if problem:
+            return [f"A suspend would be refused now: {problem}. Nothing would be released."]
+        return [
+            f"The sidecar answers at {self.sidecar_socket}; the pod's snapshot policy is the sidecar's "
+            "(see its --policy-mode).",
+            "The whole pod is snapshotted, stopped and restored by the platform; "
+            "if no compatible snapshot exists the pod starts cold and the application checkpoints are restored.",
+        ]
+
+    # -- suspend -----------------------------------------------------------------------
+
+    async def release(self, ctx: ReleaseContext) -> ReturnedLive:
+        record = _recorder(ctx, self.log)
+        client = self.client()
+        problem = await self.sidecar_problem(client)
+        if problem:
+            raise FlushFailed("release.sidecar", f"{problem}. {KEEPS_RUNNING}")
+
+        # Quiet: the flush is done; let the kernels' sockets settle before the freeze.
+        await asyncio.sleep(max(0.0, self.settle_seconds))
+        signals = self.signals()
+        before = signals.identity()
+        record(EV_IDENTITY, identity=before.to_dict(), server_boot_id=BOOT_ID, settle_seconds=self.settle_seconds)
+
+        try:
+            requested = await client.request_snapshot()
+        except SidecarError as exc:
+            raise FlushFailed(
+                "release.request",
+                f"the snapshot could not be requested: {exc.message} ({exc.code}). {_kube_next_step(exc)} "
+                + KEEPS_RUNNING,
+            ) from exc
+        except SidecarUnavailable as exc:
+            raise FlushFailed(
+                "release.request", f"the snapshot could not be requested: {exc}. {KEEPS_RUNNING}"
+            ) from exc
+        progress = _Progress(trigger=requested["trigger"], requested_at=time.time())
+        record(
+            EV_REQUESTED,
+            trigger=progress.trigger,
+            policy=requested.get("policy"),
+            policy_created=requested.get("policy_created"),
+            pod=requested.get("pod"),
+            namespace=requested.get("namespace"),
+            requested_at=progress.requested_at,
+        )
+        self.log.info("jupyter-suspend: snapshot requested (trigger %s)", progress.trigger)
+
+        check = await self._until_return(client, signals, before, progress, record)
+        return self._returned(ctx, client, check, before, progress, record)
+
+    async def _until_return(
+        self,
+        client: SidecarClient,
+        signals: PodSignals,
+        before: PodIdentity,
+        progress: _Progress,
+        record: Recorder,
+    ) -> ReturnCheck:
+        """Follow the snapshot and watch for the return, whichever decides first."""
+        follow = asyncio.ensure_future(self._follow(client, progress, record))
+        back = asyncio.ensure_future(self._watch_return(signals, before, progress))
+        try:
+            done, _ = await asyncio.wait({follow, back}, return_when=asyncio.FIRST_COMPLETED)
+            if back in done:
+                return back.result()
+            try:
+                follow.result()
+                # Ready. With postCheckpoint: stop the pod stops now and this
+                # process continues only in the restored pod.
+                await self._after_ready(client, progress, record)
+            except _Abort as failure:
+                # A return (seen only now) beats a failure read afterwards.
+                check = signals.check(before)
+                if check.returned:
+                    return check
+                await self._abort(client, progress, failure, record)
+            return await back
+        finally:
+            for task in (follow, back):
+                task.cancel()
+            await asyncio.gather(follow, back, return_exceptions=True)
+
+    async def _follow(self, client: SidecarClient, progress: _Progress, record: Recorder) -> None:
+        """Return when the snapshot is Ready; raise :class:`_Abort` when it will not be."""
+        deadline = time.monotonic() + self.snapshot_timeout
+        since: str | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Abort(
+                    "release.snapshot",
+                    f"snapshot {progress.snapshot or '(not created yet)'} of trigger {progress.trigger} was not "
+                    f"Ready within {self.snapshot_timeout:g} s (last phase: {progress.phase})",
+                    "Check the PodSnapshotManualTrigger and PodSnapshot (kubectl describe) and GKE's snapshot "
+                    "controller; then suspend again.",
+                    progress.snapshot,
+                )
+            wait = max(0.0, min(self.follow_interval, proto.MAX_WAIT_SECONDS, remaining))
+            try:
+                view = await client.follow(progress.trigger, wait=wait, since=since)
+            except SidecarError as exc:
+                if not exc.retryable:
+                    raise _Abort(
+                        "release.follow",
+                        f"the snapshot's progress could not be read: {exc.message} ({exc.code})",
+                        _kube_next_step(exc),
+                        progress.snapshot,
+                    ) from exc
+                self.log.warning("jupyter-suspend: following the snapshot: %s (retrying)", exc)
+                await asyncio.sleep(min(1.0, max(0.0, remaining)))
+                continue
+            except SidecarUnavailable as exc:
+                self.log.warning("jupyter-suspend: following the snapshot: %s (retrying)", exc)
+                await asyncio.sleep(min(1.0, max(0.0, remaining)))
+                continue
+            since = view["phase"]
+            self._learn(view, progress, record)
+            if view["phase"] == "ready":
+                return
+            if view["phase"] == "failed":
+                raise self._failure(view, progress)
+
+    def _learn(self, view: proto.SnapshotProgress, progress: _Progress, record: Recorder) -> None:
+        """Note the checkpoint and Ready times once each (the conditions' own times)."""
+        progress.phase = view["phase"]
+        progress.snapshot = view.get("snapshot") or progress.snapshot
+        checkpoint = _condition(view, "snapshot", "Checkpoint")
+        done = checkpoint is not None and (checkpoint["status"] == "True" or checkpoint["reason"] == "Succeeded")
+        if checkpoint is not None and done and EV_CHECKPOINTED not in progress.noted:
+            progress.noted.add(EV_CHECKPOINTED)
+            progress.checkpoint_at = _epoch(checkpoint["lastTransitionTime"]) or time.time()
+            record(
+                EV_CHECKPOINTED,
+                trigger=progress.trigger,
+                snapshot=progress.snapshot,
+                checkpoint_at=progress.checkpoint_at,
+                condition_time=checkpoint["lastTransitionTime"],
+            )
+        ready = _condition(view, "snapshot", "Ready")
+        if view["phase"] == "ready" and EV_READY not in progress.noted:
+            progress.noted.add(EV_READY)
+            condition_time = ready["lastTransitionTime"] if ready else None
+            progress.ready_at = _epoch(condition_time) or time.time()
+            record(
+                EV_READY,
+                trigger=progress.trigger,
+                snapshot=progress.snapshot,
+                ready_at=progress.ready_at,
+                condition_time=condition_time,
+                ready_reason=ready["reason"] if ready else None,
+                gcs_path=view.get("gcs_path"),
+                size_bytes=view.get("size_bytes"),
+            )
+
+    def _failure(self, view: proto.SnapshotProgress, progress: _Progress) -> _Abort:
+        triggered = _condition(view, "trigger", "Triggered")
+        checkpoint = _condition(view, "snapshot", "Checkpoint")
+        detail = f"{view.get('reason') or 'no reason'}: {view.get('message') or 'no message'}"
+        if triggered and triggered["status"] != "True" and triggered["reason"] in ("Failed", "Error"):
+            return _Abort(
+                "release.trigger",
+                f"GKE could not trigger the snapshot (trigger {progress.trigger}, {detail})",
+                f"Check the PodSnapshotPolicy that selects this pod and its storage config "
+                f"(kubectl describe podsnapshotmanualtrigger {progress.trigger}); then suspend again.",
+                progress.snapshot,
+            )
+        if checkpoint is not None:
+            return _Abort(
+                "release.checkpoint",
+                f"the checkpoint of snapshot {progress.snapshot} failed ({detail})",
+                "GKE Sandbox could not checkpoint this pod (see kubectl describe podsnapshot "
+                f"{progress.snapshot}); then suspend again.",
+                progress.snapshot,
+            )
+        return _Abort(
+            "release.snapshot",
+            f"the snapshot failed ({detail})",
+            f"See kubectl describe podsnapshotmanualtrigger {progress.trigger}; then suspend again.",
+            progress.snapshot,
+        )
+
+    async def _abort(self, client: SidecarClient, progress: _Progress, failure: _Abort, record: Recorder) -> None:
+        """A snapshot that will not be used must not be restored later: delete it (best effort)."""
+        deleted: str | None = None
+        if failure.snapshot:
+            try:
+                await client.delete_snapshot(failure.snapshot)
+                deleted = failure.snapshot
+            except (SidecarError, SidecarUnavailable) as exc:
+                self.log.warning("jupyter-suspend: could not delete snapshot %s: %s", failure.snapshot, exc)
+        record(
+            EV_ABORTED,
+            trigger=progress.trigger,
+            snapshot=failure.snapshot,
+            step=failure.step,
+            failure_reason=failure.reason,
+            deleted=deleted,
+        )
+        cleanup = f" The unfinished snapshot {deleted} was deleted." if deleted else ""
+        raise FlushFailed(failure.step, f"{failure.reason}.{cleanup} {failure.next_step} {KEEPS_RUNNING}")
+
+    async def _after_ready(self, client: SidecarClient, progress: _Progress, record: Recorder) -> None:
+        """Seen Ready while still running: is the pod stopping (``postCheckpoint: stop``)?"""
+        try:
+            pod = await client.pod()
+        except (SidecarError, SidecarUnavailable) as exc:
+            self.log.warning("jupyter-suspend: snapshot Ready; the pod could not be read: %s", exc)
+            return
+        if pod.get("phase") in ("Succeeded", "Failed"):
+            progress.stopped_at = time.time()
+            record(EV_STOPPED, trigger=progress.trigger, snapshot=progress.snapshot, phase=pod.get("phase"))
+            self.log.info("jupyter-suspend: snapshot %s Ready, pod stopped; waiting to return", progress.snapshot)
+            return
+        # The pod keeps running: its policy says postCheckpoint: resume.
+        # Nothing was released, and a Ready snapshot left behind would be
+        # restored by the next restart of this pod (_abort deletes it).
+        raise _Abort(
+            "release.policy",
+            f"snapshot {progress.snapshot} is Ready but the pod kept running (phase {pod.get('phase')}): the "
+            "PodSnapshotPolicy has postCheckpoint: resume, so nothing was released",
+            "Set spec.triggerConfig.postCheckpoint: stop on the pod's PodSnapshotPolicy, then suspend again.",
+            progress.snapshot,
+        )
+
+    async def _watch_return(self, signals: PodSignals, before: PodIdentity, progress: _Progress) -> ReturnCheck:
+        interval = max(0.05, self.return_check_interval)
+        while True:
+            check = signals.check(before)
+            if check.returned:
+                return check
+            progress.last_tick = check.now.wall if check.now else time.time()
+            await asyncio.sleep(interval)
+
+    # -- the return in a new pod -------------------------------------------------------
+
+    def _returned(
+        self,
+        ctx: ReleaseContext,
+        client: SidecarClient,
+        check: ReturnCheck,
+        before: PodIdentity,
+        progress: _Progress,
+        record: Recorder,
+    ) -> ReturnedLive:
+        now = check.now.wall if check.now else time.time()
+        # When the pod stopped: the checkpoint froze it; else the last tick before the jump.
+        if progress.checkpoint_at is not None:
+            stopped_at, stopped_from = progress.checkpoint_at, "Checkpoint condition"
+        elif progress.stopped_at is not None:
+            stopped_at, stopped_from = progress.stopped_at, "pod seen stopped"
+        elif progress.last_tick is not None:
+            stopped_at, stopped_from = progress.last_tick, "last in-pod reading before the freeze"
+        else:
+            stopped_at, stopped_from = progress.requested_at, "snapshot request"
+        stopped_at = min(stopped_at, now)
+        detail: dict[str, Any] = {
+            "trigger": progress.trigger,
+            "snapshot": progress.snapshot,
+            "signals": check.signals,
+            "clock_jump_seconds": round(check.clock_jump_seconds, 3),
+            "old_pod_uid": before.pod_uid,
+            "new_pod_uid": check.new_pod_uid,
+            "identity_before": before.to_dict(),
+            "identity_after": check.now.to_dict() if check.now else None,
+            "environment_stopped_from": stopped_from,
+            "checkpoint_at": progress.checkpoint_at,
+            "ready_at": progress.ready_at,
+        }
+        record(
+            EV_RETURNED,
+            trigger=progress.trigger,
+            snapshot=progress.snapshot,
+            signals=check.signals,
+            clock_jump_seconds=detail["clock_jump_seconds"],
+            old_pod_uid=before.pod_uid,
+            new_pod_uid=check.new_pod_uid,
+            environment_stopped_at=stopped_at,
+            environment_stopped_from=stopped_from,
+            returned_at=now,
+        )
+        self.log.info("jupyter-suspend: back from snapshot %s: %s", progress.snapshot, "; ".join(check.signals))
+        self._spawn(self._after_return(client, progress, record))
+        return ReturnedLive(
+            snapshot=progress.snapshot or f"(of trigger {progress.trigger})",
+            environment_stopped_at=stopped_at,
+            restored_at=now,
+            detail=detail,
+        )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _after_return(self, client: SidecarClient, progress: _Progress, record: Recorder) -> None:
+        """In the background, after the return: what the old pod could not see (frozen), then PodRestored."""
+        try:
+            # The checkpoint and Ready times, unseen if the checkpoint froze us first.
+            if EV_READY not in progress.noted:
+                with contextlib.suppress(SidecarError, SidecarUnavailable, asyncio.TimeoutError):
+                    view = await asyncio.wait_for(client.follow(progress.trigger), self.sidecar_timeout)
+                    self._learn(view, progress, record)
+            deadline = time.monotonic() + self.pod_restored_timeout
+            while time.monotonic() < deadline:
+                try:
+                    pod = await client.pod()
+                except (SidecarError, SidecarUnavailable) as exc:
+                    self.log.debug("jupyter-suspend: reading the pod after the return: %s", exc)
+                    pod = None
+                if pod is not None and pod.get("restored"):
+                    condition = next((c for c in pod.get("conditions", []) if c["type"] == "PodRestored"), None)
+                    record(
+                        EV_POD_RESTORED,
+                        trigger=progress.trigger,
+                        snapshot=progress.snapshot,
+                        pod_restored_message=pod.get("restored_message"),
+                        condition_time=condition["lastTransitionTime"] if condition else None,
+                        pod_uid=pod.get("uid"),
+                        seen_at=time.time(),
+                    )
+                    await self._delete_consumed(client, progress, record)
+                    return
+                await asyncio.sleep(max(0.05, self.pod_restored_poll))
+            self.log.warning(
+                "jupyter-suspend: no PodRestored condition within %g s of the return", self.pod_restored_timeout
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a background nicety must never hurt the session
+            self.log.exception("jupyter-suspend: following the pod after the return failed")
+
+    async def _delete_consumed(self, client: SidecarClient, progress: _Progress, record: Recorder) -> None:
+        if not self.delete_consumed_snapshot or not progress.snapshot:
+            return
+        try:
+            answer = await client.delete_snapshot(progress.snapshot)
+        except (SidecarError, SidecarUnavailable) as exc:
+            self.log.warning("jupyter-suspend: could not delete the consumed snapshot %s: %s", progress.snapshot, exc)
+            return
+        record(EV_DELETED, snapshot=answer.get("deleted"), trigger=answer.get("trigger"), why="consumed")
+
+    # -- a new server process ----------------------------------------------------------
+
+    def recall(self, entries: list[dict[str, Any]]) -> None:
+        """The journal entries of the last suspend cycle a previous process wrote
+        (called by the core at start-up, before :meth:`interpret_cold_start`)."""
+        self._cycle = list(entries)
+
+    def _last(self, kind: str) -> dict[str, Any] | None:
+        return next((e for e in reversed(self._cycle) if e.get("kind") == kind), None)
+
+    def why_cold(self) -> str:
+        """Why this pod did not come back live, as far as the journal tells."""
+        requested = self._last(EV_REQUESTED)
+        ready = self._last(EV_READY)
+        aborted = self._last(EV_ABORTED)
+        if ready is not None:
+            when = _when(ready.get("ready_at"))
+            return (
+                f"snapshot {ready.get('snapshot')} was Ready at {when}, but this pod did not start from it: "
+                "the pod spec probably changed (image, command, environment, volumes, security context: "
+                "GKE then starts the pod cold), or the snapshot expired or was deleted"
+            )
+        if aborted is not None:
+            return f"the last snapshot was abandoned ({aborted.get('failure_reason')})"
+        if requested is not None:
+            when = _when(requested.get("requested_at"))
+            return (
+                f"the snapshot requested at {when} (trigger {requested.get('trigger')}) was never seen Ready: "
+                "the checkpoint or its upload did not complete, or the pod was replaced before it could be restored"
+            )
+        return "the previous server stopped before it requested a snapshot"
+
+    def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
+        when = last_entry.get("time", "an unknown time") if last_entry else "an unknown time"
+        if last_state in (State.SNAPSHOTTING, State.RESTORING, State.SUSPENDED, State.WAITING_FOR_CAPACITY):
+            # The previous process was inside the snapshot (or verifying its
+            # return) and this one started from scratch: the pod came back cold.
+            return ColdStartVerdict(
+                State.READY,
+                f"The pod started cold, not from the snapshot: {self.why_cold()}. "
+                f"(The previous server last recorded {last_state.value} at {when}.) "
+                "The recorded sessions are restarted and their application checkpoints restored.",
+                restore=RestoreKind.COLD,
+                **_resume_now(),
+            )
+        if last_state == State.FLUSHING:
+            return ColdStartVerdict(
+                State.RUNNING,
+                f"The server stopped during a flush at {when}; no snapshot was requested.",
+            )
+        if last_state == State.FAILED:
+            return ColdStartVerdict(
+                State.FAILED,
+                f"The previous server recorded a failure at {when}.",
+                next_step="Acknowledge to carry on; start kernels by hand and restore application checkpoints "
+                "with %checkpoint restore.",
+            )
+        return ColdStartVerdict(State.RUNNING, "")
+
+    async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
+        """The cold path only: restart the recorded kernels (never a second snapshot restore)."""
+        outcome = await self.cold_restart.restore(ctx)
+        outcome.restore = RestoreKind.COLD
+        outcome.detail["why_cold"] = self.why_cold()
+        record = _recorder(ctx, self.log)
+        record(EV_COLD, why_cold=outcome.detail["why_cold"], kernels_restarted=len(outcome.kernels))
+        return outcome
+
+
+def _when(epoch: Any) -> str:
+    return utc_iso(epoch) if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) else "an unknown time"
+
+
+def _resume_now() -> dict[str, Any]:
+    """``resume_now=True`` where the core's :class:`ColdStartVerdict` has it."""
+    fields = getattr(ColdStartVerdict, "__dataclass_fields__", {})
+    return {"resume_now": True} if "resume_now" in fields else {}
+
+
+def _recorder(ctx: Any, log: Any) -> Recorder:
+    """The core's journal hook of this operation, or the log only."""
+    hook = getattr(ctx, "record", None)
+
+    def record(kind: str, **detail: Any) -> None:
+        log.debug("jupyter-suspend: %s %s", kind, detail)
+        if callable(hook):
+            try:
+                hook(kind, **detail)
+            except Exception:  # a journal problem must not break the snapshot
+                log.exception("jupyter-suspend: could not journal %s", kind)
+
+    return record
