@@ -1,23 +1,77 @@
 /**
  * The commands: the palette, the notebook toolbar (declared in
  * schema/plugin.json) and the status bar panel all run these.
+ *
+ * What may start comes from the server (`allowedActions` reads its `can_*`);
+ * what runs here comes from the flows' guard. `CommandRefresher` tells the
+ * views when either changed.
  */
-import type { JupyterFrontEnd } from '@jupyterlab/application';
 import type { ICommandPalette } from '@jupyterlab/apputils';
+import type { CommandRegistry } from '@lumino/commands';
+import type { IDisposable } from '@lumino/disposable';
 
 import type { IFlowDeps, SuspendFlows } from './flows';
+import type { OperationGuard } from './guard';
 import { suspendIcon, verifyIcon } from './icons';
-import { CommandIDs, IStatus } from './tokens';
+import { allowedActions, allowedKey, backendText } from './status';
+import { CommandIDs, ISuspendModel } from './tokens';
 
 /**
  * Tell every view of our commands that their state may have changed. Per id:
  * toolbar buttons only refresh their hidden/disabled state on a change that
  * names their command.
  */
-export function notifyCommands(app: JupyterFrontEnd): void {
+export function notifyCommands(commands: CommandRegistry): void {
   for (const id of Object.values(CommandIDs)) {
-    app.commands.notifyCommandChanged(id);
+    commands.notifyCommandChanged(id);
   }
+}
+
+/**
+ * Refresh the commands' enabled and visible state when what they read
+ * changes: the server's `can_*` (and the restarted kernels the last restore
+ * left), or an operation starting or ending on this page.
+ */
+export class CommandRefresher implements IDisposable {
+  constructor(
+    private readonly _commands: CommandRegistry,
+    private readonly _model: ISuspendModel,
+    private readonly _guard: OperationGuard
+  ) {
+    _model.changed.connect(this._onModelChanged, this);
+    _guard.busyChanged.connect(this._refresh, this);
+  }
+
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    this._model.changed.disconnect(this._onModelChanged, this);
+    this._guard.busyChanged.disconnect(this._refresh, this);
+  }
+
+  private _onModelChanged(): void {
+    const status = this._model.status;
+    const key = status
+      ? `${allowedKey(status)}|${status.last_restore?.kernels.length ?? 0}`
+      : 'none';
+    if (key !== this._key) {
+      this._key = key;
+      this._refresh();
+    }
+  }
+
+  private _refresh(): void {
+    notifyCommands(this._commands);
+  }
+
+  private _key = '';
+  private _isDisposed = false;
 }
 
 /** Register the commands and their palette entries. */
@@ -28,8 +82,8 @@ export function registerCommands(
 ): void {
   const { app, trans, model } = deps;
   const { commands } = app;
-  const status = (): IStatus | null => model.status;
-  const idle = (): boolean => !flows.busy && !status()?.operation?.in_progress;
+  const guard = flows.guard;
+  const allowed = () => allowedActions(model.status);
 
   commands.addCommand(CommandIDs.suspend, {
     label: args =>
@@ -39,79 +93,73 @@ export function registerCommands(
     ),
     icon: args =>
       args['toolbar'] || args['isPalette'] ? suspendIcon : undefined,
-    // Unknown state (no answer yet): let the flow ask the server.
-    isEnabled: () => idle() && (status()?.can_suspend ?? true),
+    isEnabled: () => !guard.busy && allowed().suspend,
     execute: () => flows.suspend()
   });
   commands.addCommand(CommandIDs.resume, {
     label: args =>
       args['toolbar'] ? trans.__('Resume') : trans.__('Resume Environment'),
-    caption: trans.__('Restart the suspended kernels under the same ids'),
-    isEnabled: () => idle() && !!status()?.can_resume,
+    caption: () =>
+      trans.__(
+        'Bring the suspended environment back: %1',
+        backendText(model.status, trans).restore_step
+      ),
+    isEnabled: () => !guard.busy && allowed().resume,
     // The toolbar button only shows while there is something to resume.
-    isVisible: args => !args['toolbar'] || !!status()?.can_resume,
+    isVisible: args => !args['toolbar'] || allowed().resume,
     execute: () => flows.resume()
   });
-  commands.addCommand(CommandIDs.checkpoint, {
-    label: trans.__('Checkpoint Now (flush without suspending)'),
+  commands.addCommand(CommandIDs.writeCheckpoints, {
+    label: trans.__('Write Application Checkpoints'),
     caption: trans.__(
-      'Save notebooks and write application checkpoints; nothing is released'
+      'Save notebooks and write the application checkpoints of the kernels now, without suspending; nothing is released (not JupyterLab’s notebook checkpoint)'
     ),
-    isEnabled: () => {
-      const s = status();
-      return (
-        idle() &&
-        (!s ||
-          s.state === 'running' ||
-          s.state === 'ready' ||
-          s.state === 'failed')
-      );
-    },
-    execute: () => flows.checkpoint()
+    isEnabled: () => !guard.busy && allowed().checkpoint,
+    execute: () => flows.writeCheckpoints()
   });
   commands.addCommand(CommandIDs.acknowledge, {
-    label: trans.__('Acknowledge Suspend Failure'),
+    label: trans.__('Acknowledge Failure and Carry On'),
     caption: trans.__(
       'Leave the failed state and carry on without resuming the recorded sessions'
     ),
-    isEnabled: () => idle() && status()?.state === 'failed',
+    isEnabled: () => !guard.busy && allowed().acknowledge,
     execute: () => flows.acknowledge()
   });
-  commands.addCommand(CommandIDs.verify, {
+  commands.addCommand(CommandIDs.verifyLiveState, {
     label: args =>
       args['toolbar'] ? trans.__('Verify') : trans.__('Verify Live State'),
     caption: trans.__(
-      'Run %verify_live_state in this notebook: LIVE (same process), COLD (new process) or MISMATCH'
+      'Run the live-state check (%verify_live_state) in this notebook: LIVE (same process), COLD (new process) or MISMATCH'
     ),
     icon: args =>
       args['toolbar'] || args['isPalette'] ? verifyIcon : undefined,
     isEnabled: () => !!deps.tracker?.currentWidget,
-    execute: args => flows.verify(args)
+    execute: args => flows.verifyLiveState(args)
   });
   commands.addCommand(CommandIDs.timeline, {
     label: trans.__('Show Suspend Timeline'),
     caption: trans.__('Every suspend/resume cycle, measured'),
     execute: () => flows.timeline()
   });
-  commands.addCommand(CommandIDs.restoreCheckpoints, {
-    label: trans.__('Restore Application Checkpoints'),
+  commands.addCommand(CommandIDs.loadCheckpoints, {
+    label: trans.__('Load Application Checkpoints into Restarted Kernels'),
     caption: trans.__(
-      'Run %checkpoint restore in the kernels a cold start restarted'
+      'Run %checkpoint restore in the kernels a cold restore restarted'
     ),
-    isEnabled: () => (status()?.last_restore?.kernels.length ?? 0) > 0,
-    execute: () => flows.restoreCheckpoints()
+    isEnabled: () => (model.status?.last_restore?.kernels.length ?? 0) > 0,
+    execute: () => flows.loadCheckpoints()
   });
 
   if (palette) {
     const category = trans.__('Suspend');
     for (const command of [
       CommandIDs.suspend,
-      CommandIDs.checkpoint,
+      CommandIDs.writeCheckpoints,
       CommandIDs.resume,
       CommandIDs.acknowledge,
-      CommandIDs.verify,
+      CommandIDs.verifyLiveState,
       CommandIDs.timeline,
-      CommandIDs.restoreCheckpoints
+      CommandIDs.loadCheckpoints
     ]) {
       palette.addItem({ command, category });
     }

@@ -45,6 +45,16 @@ export function PreflightBody(props: {
           {trans.__('Released while suspended: %1.', view.releases.join(', '))}
         </p>
       )}
+      {view.whileSuspended && (
+        <p className="jp-suspend-while-suspended">
+          {trans.__('While suspended: %1', view.whileSuspended)}
+        </p>
+      )}
+      {view.resumeBy && (
+        <p className="jp-suspend-resume-by">
+          {trans.__('Resumed by: %1', view.resumeBy)}
+        </p>
+      )}
       {view.kernels.length === 0 ? (
         <p className="jp-suspend-no-kernels">
           {trans.__('No kernel is running: only files are involved.')}

@@ -6,7 +6,9 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { backendText, keptItems } from './status';
 import type {
+  IBackendText,
   ICycle,
   IOperation,
   IPreflight,
@@ -129,19 +131,27 @@ export function currentStep(operation: IOperation | null): IStep | null {
     : operation.steps[operation.steps.length - 1];
 }
 
-/** A human name for an operation step. */
-export function stepLabel(name: string, trans: TranslationBundle): string {
+/**
+ * A human name for an operation step. The backend words its own steps
+ * (`backend.text`: what releasing and restoring mean for it); without
+ * `text` they get the words of a server older than that.
+ */
+export function stepLabel(
+  name: string,
+  trans: TranslationBundle,
+  text: IBackendText = backendText(null, trans)
+): string {
   switch (name) {
     case 'flush.notebooks':
       return trans.__('saving notebooks to disk');
     case 'flush.kernels':
       return trans.__('writing application checkpoints');
     case 'release':
-      return trans.__('releasing the environment');
+      return text.release_step;
     case 'restore':
-      return trans.__('restarting the kernels');
+      return text.restore_step;
     case 'restore.checkpoints':
-      return trans.__('restoring application checkpoints');
+      return trans.__('loading application checkpoints');
     default:
       return name;
   }
@@ -215,6 +225,7 @@ export function describeStatus(
   const details: string[] = [];
   const operation = inProgress(status);
   const step = currentStep(operation);
+  const text = backendText(status, trans);
   const idle =
     options.showIdleTime &&
     (status.state === 'running' || status.state === 'ready')
@@ -233,8 +244,8 @@ export function describeStatus(
       tone = 'ok';
       headline = trans.__('Running');
       if (operation && operation.kind === 'checkpoint') {
-        label = trans.__('Running · checkpointing…');
-        headline = trans.__('Running: writing a checkpoint');
+        label = trans.__('Running · writing application checkpoints…');
+        headline = trans.__('Running: writing application checkpoints');
       } else {
         label = idleText
           ? trans.__('Running · %1', idleText)
@@ -247,7 +258,7 @@ export function describeStatus(
       tone = 'busy';
       const name = stateName(status.state, trans);
       label = step
-        ? trans.__('%1 (%2)', name, stepLabel(step.name, trans))
+        ? trans.__('%1 (%2)', name, stepLabel(step.name, trans, text))
         : name;
       headline = trans.__('Suspending');
       break;
@@ -273,7 +284,7 @@ export function describeStatus(
     case 'restoring':
       tone = 'busy';
       label = step
-        ? trans.__('Restoring (%1)', stepLabel(step.name, trans))
+        ? trans.__('Restoring (%1)', stepLabel(step.name, trans, text))
         : trans.__('Restoring');
       headline = trans.__('Restoring');
       break;
@@ -305,7 +316,7 @@ export function describeStatus(
           trans.__('Reconnecting open notebooks to their restored kernels…')
         );
       } else if (operation && operation.kind === 'checkpoint') {
-        label = trans.__('%1 · checkpointing…', label);
+        label = trans.__('%1 · writing application checkpoints…', label);
       } else if (idleText) {
         label = trans.__('%1 · %2', label, idleText);
       }
@@ -337,7 +348,7 @@ export function describeStatus(
   }
   if (step && operation) {
     details.push(
-      trans.__('Current step: %1', stepLabel(step.name, trans)) +
+      trans.__('Current step: %1', stepLabel(step.name, trans, text)) +
         (step.message ? ` — ${step.message}` : '')
     );
   }
@@ -461,6 +472,10 @@ export interface IPreflightKernelView {
 /** Everything the confirm dialog shows, derived from the dry run. */
 export interface IPreflightView {
   backend: string;
+  /** What holds while suspended (the backend's words; may be empty). */
+  whileSuspended: string;
+  /** Who or what resumes it (the backend's words; may be empty). */
+  resumeBy: string;
   keeps: IKeepLine[];
   releases: string[];
   kernels: IPreflightKernelView[];
@@ -475,21 +490,17 @@ export function preflightToView(
   preflight: IPreflight,
   trans: TranslationBundle
 ): IPreflightView {
-  const keeps: IKeepLine[] = [
-    {
-      label: trans.__('Files and saved notebooks'),
-      kept: preflight.keeps.files
-    },
-    {
-      label: trans.__('Application checkpoints'),
-      kept: preflight.keeps.application_checkpoints
-    },
-    {
-      label: trans.__('Live memory (variables of running kernels)'),
-      kept: preflight.keeps.live_memory
-    },
-    { label: trans.__('GPU memory'), kept: preflight.keeps.gpu_memory }
-  ];
+  // The backend's own words when it has them, else the flags.
+  const text = preflight.backend.text;
+  const keeps: IKeepLine[] = text
+    ? [
+        ...text.keeps.map(label => ({ label, kept: true })),
+        ...text.loses.map(label => ({ label, kept: false }))
+      ]
+    : keptItems(trans).map(item => ({
+        label: item.label,
+        kept: preflight.keeps[item.preflight]
+      }));
   const releases: string[] = [];
   if (preflight.releases.kernel_memory) {
     releases.push(trans.__('kernel memory and GPU memory'));
@@ -528,6 +539,8 @@ export function preflightToView(
   });
   return {
     backend: preflight.backend.name,
+    whileSuspended: text?.while_suspended ?? '',
+    resumeBy: text?.resume_by ?? '',
     keeps,
     releases,
     kernels,
@@ -580,7 +593,13 @@ export function progressMessage(
   const step = currentStep(status.operation);
   const name =
     status.operation?.kind === 'checkpoint'
-      ? trans.__('Checkpoint')
+      ? trans.__('Application checkpoints')
       : stateName(status.state, trans);
-  return step ? trans.__('%1: %2…', name, stepLabel(step.name, trans)) : name;
+  return step
+    ? trans.__(
+        '%1: %2…',
+        name,
+        stepLabel(step.name, trans, backendText(status, trans))
+      )
+    : name;
 }

@@ -1,7 +1,10 @@
 /**
- * The flows behind the commands: suspend, resume, checkpoint, acknowledge,
- * verify, timeline, restore checkpoints. Each talks to the server, shows
- * progress in one notification and ends with a plain outcome.
+ * The flows behind the commands: suspend, resume, write application
+ * checkpoints, acknowledge a failure, the live-state check, the timeline and
+ * loading application checkpoints after a cold restore. Each talks to the
+ * server, shows progress in one notification and ends with a plain outcome.
+ * The four that start a server operation run one at a time, under one
+ * `OperationGuard`.
  */
 import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -14,9 +17,10 @@ import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import * as React from 'react';
 
 import { api, errorMessage } from './api';
-import { notifyCommands } from './commands';
 import { confirmSuspend, showTimeline, showVerdict, TextBody } from './dialogs';
 import { preflightToView, progressMessage, releasedSummary } from './display';
+import { OperationGuard } from './guard';
+import { backendText } from './status';
 import {
   CommandIDs,
   IOperation,
@@ -30,7 +34,7 @@ import {
   IVerifyResult,
   outputsText,
   ensureHelper,
-  RESTORE_CODE,
+  LOAD_CHECKPOINTS_CODE,
   runQuietly,
   verifyInNotebook,
   verifyScratch
@@ -219,14 +223,21 @@ export class SuspendFlows {
     this._deps = deps;
   }
 
+  /**
+   * The guard the suspend, resume, checkpoint and acknowledge flows share:
+   * its `busyChanged` tells the commands to refresh their enabled state.
+   */
+  get guard(): OperationGuard {
+    return this._guard;
+  }
+
   /** Save, show what a suspend keeps, confirm, suspend, follow it. */
   async suspend(): Promise<IStatus | null> {
-    if (this._busy) {
-      return null;
-    }
+    return (await this._guard.run(() => this._suspend())) ?? null;
+  }
+
+  private async _suspend(): Promise<IStatus | null> {
     const { app, model, trans } = this._deps;
-    this._busy = true;
-    notifyCommands(app);
     try {
       await model.refresh().catch(() => undefined);
       const current = model.status;
@@ -292,9 +303,6 @@ export class SuspendFlows {
         autoClose: 10000
       });
       return null;
-    } finally {
-      this._busy = false;
-      notifyCommands(app);
     }
   }
 
@@ -376,19 +384,18 @@ export class SuspendFlows {
   }
 
   async resume(): Promise<IStatus | null> {
-    if (this._busy) {
-      return null;
-    }
-    const { app, model, trans } = this._deps;
-    this._busy = true;
-    notifyCommands(app);
+    return (await this._guard.run(() => this._resume())) ?? null;
+  }
+
+  private async _resume(): Promise<IStatus | null> {
+    const { model, trans } = this._deps;
     // "Suspended … [Resume]" is stale from here on.
     if (this._suspendNotice) {
       Notification.dismiss(this._suspendNotice);
       this._suspendNotice = null;
     }
     const notificationId = Notification.emit(
-      trans.__('Resuming: restarting the recorded sessions…'),
+      trans.__('Resuming: %1…', backendText(model.status, trans).restore_step),
       'in-progress',
       { autoClose: false }
     );
@@ -438,70 +445,73 @@ export class SuspendFlows {
         autoClose: 10000
       });
       return null;
-    } finally {
-      this._busy = false;
-      notifyCommands(app);
     }
   }
 
-  async checkpoint(): Promise<IStatus | null> {
-    if (this._busy) {
-      return null;
-    }
+  /** Save the notebooks and write application checkpoints, not suspending. */
+  async writeCheckpoints(): Promise<IStatus | null> {
+    return (await this._guard.run(() => this._writeCheckpoints())) ?? null;
+  }
+
+  private async _writeCheckpoints(): Promise<IStatus | null> {
     const { app, model, trans } = this._deps;
-    this._busy = true;
-    notifyCommands(app);
-    try {
-      const saved = await saveDirtyDocuments(
-        app,
-        this._deps.docManager,
-        this._deps.tracker
-      );
-      if (saved.failed.length > 0) {
-        Notification.error(
-          trans.__(
-            'Checkpoint not written: could not save %1',
-            saved.failed.map(f => `${f.path} (${f.error})`).join(', ')
-          ),
-          { autoClose: false }
-        );
-        return null;
-      }
-      const notificationId = Notification.emit(
-        trans.__('Checkpoint: saving notebooks and checkpoints…'),
-        'in-progress',
+    const saved = await saveDirtyDocuments(
+      app,
+      this._deps.docManager,
+      this._deps.tracker
+    );
+    if (saved.failed.length > 0) {
+      Notification.error(
+        trans.__(
+          'Application checkpoints not written: could not save %1',
+          saved.failed.map(f => `${f.path} (${f.error})`).join(', ')
+        ),
         { autoClose: false }
       );
-      const run = await runOperation(
-        () => api.checkpoint(REASON),
-        notificationId,
-        trans.__('Checkpoint refused'),
-        model,
-        trans
-      );
-      if (!run) {
-        return null;
-      }
-      const { operationId, final } = run;
-      const op = final.operation?.id === operationId ? final.operation : null;
-      const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
-      Notification.update({
-        id: notificationId,
-        message:
-          op?.outcome === 'succeeded'
-            ? trans.__('Checkpoint written (%1).', kernelsStep?.message ?? '')
-            : trans.__('Checkpoint failed: %1', op?.message ?? final.message),
-        type: op?.outcome === 'succeeded' ? 'success' : 'error',
-        autoClose: op?.outcome === 'succeeded' ? 6000 : false
-      });
-      return final;
-    } finally {
-      this._busy = false;
-      notifyCommands(app);
+      return null;
     }
+    const notificationId = Notification.emit(
+      trans.__('Writing application checkpoints: saving notebooks first…'),
+      'in-progress',
+      { autoClose: false }
+    );
+    const run = await runOperation(
+      () => api.checkpoint(REASON),
+      notificationId,
+      trans.__('Writing application checkpoints refused'),
+      model,
+      trans
+    );
+    if (!run) {
+      return null;
+    }
+    const { operationId, final } = run;
+    const op = final.operation?.id === operationId ? final.operation : null;
+    const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
+    Notification.update({
+      id: notificationId,
+      message:
+        op?.outcome === 'succeeded'
+          ? trans.__(
+              'Application checkpoints written (%1).',
+              kernelsStep?.message ?? ''
+            )
+          : trans.__(
+              'Writing application checkpoints failed: %1',
+              op?.message ?? final.message
+            ),
+      type: op?.outcome === 'succeeded' ? 'success' : 'error',
+      autoClose: op?.outcome === 'succeeded' ? 6000 : false
+    });
+    return final;
   }
 
+  /** Leave the failed state without resuming, once the user confirms. */
   async acknowledge(): Promise<IStatus | null> {
+    return (await this._guard.run(() => this._acknowledge())) ?? null;
+  }
+
+  private async _acknowledge(): Promise<IStatus | null> {
     const { model, trans } = this._deps;
     const failure = model.status?.failure;
     const answer = await showDialog({
@@ -535,8 +545,10 @@ export class SuspendFlows {
     }
   }
 
-  /** Run the verify helper in the current (or given) notebook. */
-  async verify(args: ReadonlyPartialJSONObject = {}): Promise<IVerdict | null> {
+  /** Run the live-state check in the current (or given) notebook. */
+  async verifyLiveState(
+    args: ReadonlyPartialJSONObject = {}
+  ): Promise<IVerdict | null> {
     const { trans, tracker } = this._deps;
     const panel = tracker?.currentWidget ?? null;
     if (!panel) {
@@ -622,7 +634,7 @@ export class SuspendFlows {
    * After a cold start: run `%checkpoint restore` in each restarted kernel,
    * through the open notebook's connection when there is one.
    */
-  async restoreCheckpoints(): Promise<void> {
+  async loadCheckpoints(): Promise<void> {
     const { app, model, trans, tracker } = this._deps;
     const kernels = model.status?.last_restore?.kernels ?? [];
     const services = app.serviceManager;
@@ -649,7 +661,7 @@ export class SuspendFlows {
         panelKernel ?? services.kernels.connectTo({ model: running! });
       try {
         await ensureHelper(kernel);
-        const outputs = await runQuietly(kernel, RESTORE_CODE);
+        const outputs = await runQuietly(kernel, LOAD_CHECKPOINTS_CODE);
         const text = outputsText(outputs);
         if (outputs.some(o => o.output_type === 'error')) {
           failed = true;
@@ -672,12 +684,7 @@ export class SuspendFlows {
     });
   }
 
-  /** Whether a flow started here is still running. */
-  get busy(): boolean {
-    return this._busy;
-  }
-
   private _deps: IFlowDeps;
-  private _busy = false;
+  private _guard = new OperationGuard();
   private _suspendNotice: string | null = null;
 }

@@ -2,7 +2,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
@@ -13,21 +13,16 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { api } from './api';
-import { notifyCommands, registerCommands } from './commands';
+import { CommandRefresher, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { ColdStartNotifier } from './notify';
-import {
-  AttachmentKeeper,
-  reconnectAll,
-  refreshSessionsAndKernels
-} from './reconnect';
+import { ResumeReconnector } from './reconnect';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
   ISettings,
   ISuspendModel,
-  IStatus,
   PLUGIN_ID,
   TRANSLATION_DOMAIN
 } from './tokens';
@@ -92,94 +87,30 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
       tracker,
       docManager
     };
-    registerCommands(deps, new SuspendFlows(deps), palette);
+    const flows = new SuspendFlows(deps);
+    registerCommands(deps, flows, palette);
+    new CommandRefresher(app.commands, model, flows.guard);
 
     if (rendermime) {
       rendermime.addFactory(verdictRendererFactory(trans), 40);
     }
 
-    // Every open notebook and console: what a resume has to reconnect.
-    const openSessionContexts = (): ISessionContext[] => {
-      const contexts: ISessionContext[] = [];
-      tracker?.forEach(panel => contexts.push(panel.sessionContext));
-      consoles?.forEach(panel => contexts.push(panel.sessionContext));
-      return contexts;
-    };
-
-    // Only between operations: during a suspend or resume, sessions come and
-    // go on purpose and the ready-time reconnect below handles them.
-    const steady = (): boolean => {
-      const status = model.status;
-      return (
-        !!status &&
-        (status.state === 'running' || status.state === 'ready') &&
-        !status.operation?.in_progress &&
-        !model.reconnecting
-      );
-    };
-    const keeper = new AttachmentKeeper(app.serviceManager.sessions, steady);
-    tracker?.widgetAdded.connect((_, panel) =>
-      keeper.watch(panel.sessionContext)
-    );
-    consoles?.widgetAdded.connect((_, panel) =>
-      keeper.watch(panel.sessionContext)
-    );
-    // A connection dropped while not steady (a stale session list landing
-    // during the resume's own reconnect) is looked at once it is steady.
-    let wasSteady = steady();
-    model.stateChanged.connect(() => {
-      const now = steady();
-      if (now && !wasSteady) {
-        keeper.recheckAll();
-      }
-      wasSteady = now;
-    });
-
     // React to what the server reports, whoever caused it (this tab, another
     // tab, the %suspend magic, the platform).
+    new ResumeReconnector({
+      model,
+      services: app.serviceManager,
+      widgets: [tracker, consoles]
+    });
     const notifier = new ColdStartNotifier({
       commands: app.commands,
       trans,
       state: stateDB
     });
-    let previous: IStatus | null = null;
-    let commandKey = '';
     model.changed.connect(() => {
-      const status = model.status;
-      const key = status
-        ? `${status.state}|${status.can_suspend}|${status.can_resume}|${status.operation?.in_progress}`
-        : 'none';
-      if (key !== commandKey) {
-        commandKey = key;
-        notifyCommands(app);
+      if (model.status) {
+        void notifier.check(model.status);
       }
-      if (!status) {
-        return;
-      }
-      if (
-        previous &&
-        previous.state !== 'suspended' &&
-        status.state === 'suspended'
-      ) {
-        void refreshSessionsAndKernels(app.serviceManager).catch(
-          () => undefined
-        );
-      }
-      const restoredNow =
-        status.state === 'ready' &&
-        (previous === null ||
-          previous.state !== 'ready' ||
-          previous.last_restore?.operation_id !==
-            status.last_restore?.operation_id);
-      const hadPrevious = previous !== null;
-      previous = status;
-      if (restoredNow && hadPrevious) {
-        model.setReconnecting(true);
-        void reconnectAll(openSessionContexts(), app.serviceManager).finally(
-          () => model.setReconnecting(false)
-        );
-      }
-      void notifier.check(status);
     });
 
     if (statusBar) {

@@ -4,8 +4,12 @@
  * A cold restore (new kernel processes) or a server that started cold after
  * a suspend means variables are gone: only files and application checkpoints
  * came back. The notification says so and offers to (re)load the checkpoints.
- * Which restores were already announced is remembered in the state database,
- * so a reload of the page does not announce the same restore again.
+ *
+ * A cold restore is announced by the pages that saw it end (the state became
+ * ready, or a later restore replaced the one they saw): a page opened after
+ * the restore does not announce it, however old it is. A cold start of the
+ * server is announced once; which were announced is remembered in the state
+ * database, so a reload of the page does not announce it again.
  */
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import type { IStateDB } from '@jupyterlab/statedb';
@@ -15,9 +19,11 @@ import * as React from 'react';
 
 import { TextBody } from './dialogs';
 import { checkpointsRestored } from './display';
+import { resumedSince } from './status';
 import { CommandIDs, IStatus } from './tokens';
 
 const STATE_KEY = 'jupyter-suspend:announced';
+const RESTORE_PREFIX = 'restore:';
 const KEEP = 50;
 
 /** The key identifying what a status would announce, or null if nothing. */
@@ -28,7 +34,7 @@ export function announcementKey(status: IStatus): string | null {
     status.restore === 'cold' &&
     restore?.operation_id
   ) {
-    return `restore:${restore.operation_id}`;
+    return `${RESTORE_PREFIX}${restore.operation_id}`;
   }
   if (status.cold_start?.message) {
     return `cold-start:${status.cold_start.previous_state}:${status.cold_start.previous_time ?? ''}`;
@@ -77,11 +83,21 @@ export class ColdStartNotifier {
     this._loaded = this._load();
   }
 
-  /** Announce what `status` calls for, unless it was announced before. */
+  /**
+   * Announce what `status` calls for, unless it was announced before. Call
+   * it with every status, in order: a cold restore is announced only when
+   * this page saw it end.
+   */
   async check(status: IStatus): Promise<string | null> {
+    const previous = this._previous;
+    this._previous = status;
     await this._loaded;
     const key = announcementKey(status);
     if (!key || this._announced.includes(key)) {
+      return null;
+    }
+    if (key.startsWith(RESTORE_PREFIX) && !resumedSince(previous, status)) {
+      // Ended before this page looked: the status bar still says so.
       return null;
     }
     this._announced = [...this._announced, key].slice(-KEEP);
@@ -93,10 +109,11 @@ export class ColdStartNotifier {
       status.state === 'ready'
     ) {
       actions.push({
-        label: trans.__('Restore checkpoints'),
-        caption: trans.__('Run %checkpoint restore in the restarted kernels'),
-        callback: () =>
-          void this._commands.execute(CommandIDs.restoreCheckpoints)
+        label: trans.__('Load checkpoints'),
+        caption: trans.__(
+          'Load the application checkpoints into the restarted kernels (%checkpoint restore)'
+        ),
+        callback: () => void this._commands.execute(CommandIDs.loadCheckpoints)
       });
     }
     if (status.state === 'suspended' && status.can_resume) {
@@ -161,4 +178,5 @@ export class ColdStartNotifier {
   private _state: IStateDB | null;
   private _loaded: Promise<void>;
   private _announced: string[] = [];
+  private _previous: IStatus | null = null;
 }

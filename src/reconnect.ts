@@ -12,6 +12,11 @@
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Session, ServiceManager } from '@jupyterlab/services';
+import type { IDisposable } from '@lumino/disposable';
+import type { ISignal } from '@lumino/signaling';
+
+import { resumedSince, suspendedSince } from './status';
+import type { IStatus } from './tokens';
 
 export type ReconnectOutcome =
   | 'connected' // was already fine
@@ -225,4 +230,161 @@ export async function refreshSessionsAndKernels(
 ): Promise<void> {
   await services.kernels.refreshRunning();
   await services.sessions.refreshRunning();
+}
+
+/** What the reconnector reads of the model (`SuspendModel` has it all). */
+export interface IReconnectModel {
+  readonly status: IStatus | null;
+  readonly reconnecting: boolean;
+  /** Emits after each status (the server's state). */
+  readonly changed: ISignal<unknown, void>;
+  /** Emits after each change, `reconnecting` included. */
+  readonly stateChanged: ISignal<unknown, void>;
+  setReconnecting(started: boolean): void;
+}
+
+/** Widgets with a session: the notebook tracker, the console tracker. */
+export interface ISessionWidgets {
+  forEach(fn: (widget: { sessionContext: ISessionContext }) => void): void;
+  readonly widgetAdded: ISignal<unknown, { sessionContext: ISessionContext }>;
+}
+
+/**
+ * Keep open notebooks and consoles on their kernels across a suspend and a
+ * resume, whoever caused them (this tab, another tab, the `%suspend` magic,
+ * the platform):
+ *
+ * - once suspended: refresh the browser's sessions and kernels, so notebooks
+ *   show at once that their kernels are gone;
+ * - once a resume ended (ready): point every open notebook and console back
+ *   at its restored session (`reconnectAll`), with `reconnecting` set on the
+ *   model meanwhile;
+ * - between operations: an `AttachmentKeeper` reattaches connections dropped
+ *   behind the user's back, and rechecks them all when the environment
+ *   becomes steady again.
+ */
+export class ResumeReconnector implements IDisposable {
+  constructor(options: ResumeReconnector.IOptions) {
+    this._model = options.model;
+    this._services = options.services;
+    this._widgets = options.widgets.filter(
+      (w): w is ISessionWidgets => w !== null
+    );
+    this._keeper = new AttachmentKeeper(this._services.sessions, () =>
+      this.steady()
+    );
+    for (const widgets of this._widgets) {
+      widgets.forEach(widget => this._keeper.watch(widget.sessionContext));
+      widgets.widgetAdded.connect(this._onWidgetAdded, this);
+    }
+    this._wasSteady = this.steady();
+    this._model.stateChanged.connect(this._onStateChanged, this);
+    this._model.changed.connect(this._onStatus, this);
+  }
+
+  /** The keeper of attachments between operations. */
+  get keeper(): AttachmentKeeper {
+    return this._keeper;
+  }
+
+  /**
+   * Steady: running or ready, no operation in progress and no reconnect
+   * running. During a suspend or resume sessions come and go on purpose and
+   * the ready-time reconnect handles them.
+   */
+  steady(): boolean {
+    const status = this._model.status;
+    return (
+      !!status &&
+      (status.state === 'running' || status.state === 'ready') &&
+      !status.operation?.in_progress &&
+      !this._model.reconnecting
+    );
+  }
+
+  /** The last reconnect started (for tests), or null. */
+  get lastReconnect(): Promise<Map<string, ReconnectOutcome>> | null {
+    return this._lastReconnect;
+  }
+
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    for (const widgets of this._widgets) {
+      widgets.widgetAdded.disconnect(this._onWidgetAdded, this);
+    }
+    this._model.stateChanged.disconnect(this._onStateChanged, this);
+    this._model.changed.disconnect(this._onStatus, this);
+  }
+
+  private _onWidgetAdded(
+    _: unknown,
+    widget: { sessionContext: ISessionContext }
+  ): void {
+    this._keeper.watch(widget.sessionContext);
+  }
+
+  /**
+   * A connection dropped while not steady (a stale session list landing
+   * during the resume's own reconnect) is looked at once it is steady.
+   */
+  private _onStateChanged(): void {
+    const now = this.steady();
+    if (now && !this._wasSteady) {
+      this._keeper.recheckAll();
+    }
+    this._wasSteady = now;
+  }
+
+  private _onStatus(): void {
+    const status = this._model.status;
+    if (!status) {
+      return;
+    }
+    const previous = this._previous;
+    this._previous = status;
+    if (suspendedSince(previous, status)) {
+      void refreshSessionsAndKernels(this._services).catch(() => undefined);
+    }
+    if (resumedSince(previous, status)) {
+      this._model.setReconnecting(true);
+      this._lastReconnect = reconnectAll(
+        this._openSessionContexts(),
+        this._services
+      ).finally(() => this._model.setReconnecting(false));
+    }
+  }
+
+  /** Every open notebook and console: what a resume has to reconnect. */
+  private _openSessionContexts(): ISessionContext[] {
+    const contexts: ISessionContext[] = [];
+    for (const widgets of this._widgets) {
+      widgets.forEach(widget => contexts.push(widget.sessionContext));
+    }
+    return contexts;
+  }
+
+  private readonly _model: IReconnectModel;
+  private readonly _services: ServiceManager.IManager;
+  private readonly _widgets: ISessionWidgets[];
+  private readonly _keeper: AttachmentKeeper;
+  private _previous: IStatus | null = null;
+  private _wasSteady: boolean;
+  private _lastReconnect: Promise<Map<string, ReconnectOutcome>> | null = null;
+  private _isDisposed = false;
+}
+
+export namespace ResumeReconnector {
+  export interface IOptions {
+    model: IReconnectModel;
+    services: ServiceManager.IManager;
+    /** The notebook and console trackers (null when absent). */
+    widgets: (ISessionWidgets | null)[];
+  }
 }

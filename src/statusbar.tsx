@@ -20,6 +20,7 @@ import {
 } from './display';
 import { suspendIcon } from './icons';
 import { SuspendModel } from './model';
+import { allowedActions, backendText } from './status';
 import { CommandIDs, ISettings } from './tokens';
 
 export interface IStatusViewOptions {
@@ -143,6 +144,8 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
     const op = status?.operation ?? null;
     const cycles = this.model.timeline?.cycles ?? [];
     const last = cycles.length > 0 ? cycles[cycles.length - 1] : null;
+    const allowed = allowedActions(status);
+    const text = backendText(status, trans);
     const action = (id: string, label: string): JSX.Element | null =>
       commands.hasCommand(id) ? (
         <button
@@ -165,11 +168,14 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
         {/* Actions first: the popup may be cut by a small window. */}
         <div className="jp-suspend-panel-actions">
           {action(CommandIDs.suspend, trans.__('Suspend…'))}
-          {status?.can_resume && action(CommandIDs.resume, trans.__('Resume'))}
-          {action(CommandIDs.checkpoint, trans.__('Checkpoint now'))}
+          {allowed.resume && action(CommandIDs.resume, trans.__('Resume'))}
+          {action(
+            CommandIDs.writeCheckpoints,
+            trans.__('Write application checkpoints')
+          )}
           {status?.state === 'failed' &&
             action(CommandIDs.acknowledge, trans.__('Acknowledge'))}
-          {action(CommandIDs.verify, trans.__('Verify live state'))}
+          {action(CommandIDs.verifyLiveState, trans.__('Verify live state'))}
           {action(CommandIDs.timeline, trans.__('Timeline'))}
         </div>
         {shown.details.map((line, i) => (
@@ -187,13 +193,35 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
               {trans.__('since %1', formatClock(status.since))}
             </dd>
             <dt>{trans.__('Backend')}</dt>
-            <dd>
-              {status.backend.name}
-              {' · '}
-              {status.backend.capabilities.keeps_live_memory
-                ? trans.__('keeps live memory')
-                : trans.__('keeps files and checkpoints, not live memory')}
-            </dd>
+            <dd>{status.backend.name}</dd>
+            {text.keeps.length > 0 && (
+              <>
+                <dt>{trans.__('A suspend keeps')}</dt>
+                <dd className="jp-suspend-panel-keeps">
+                  {text.keeps.join(', ')}
+                </dd>
+              </>
+            )}
+            {text.loses.length > 0 && (
+              <>
+                <dt>{trans.__('A suspend loses')}</dt>
+                <dd className="jp-suspend-panel-loses">
+                  {text.loses.join(', ')}
+                </dd>
+              </>
+            )}
+            {status.state === 'suspended' && text.while_suspended && (
+              <>
+                <dt>{trans.__('While suspended')}</dt>
+                <dd>{text.while_suspended}</dd>
+              </>
+            )}
+            {status.state === 'suspended' && text.resume_by && (
+              <>
+                <dt>{trans.__('Resumed by')}</dt>
+                <dd>{text.resume_by}</dd>
+              </>
+            )}
             {status.last_restore && (
               <>
                 <dt>{trans.__('Last restore')}</dt>
@@ -223,7 +251,7 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
           <ol className="jp-suspend-steps">
             {op.steps.map((step, i) => (
               <li key={i} data-status={step.status}>
-                {stepLabel(step.name, trans)}: {step.status}
+                {stepLabel(step.name, trans, text)}: {step.status}
               </li>
             ))}
           </ol>

@@ -14,14 +14,22 @@ export const VERDICT_MIME = 'application/vnd.jupyter-suspend.verdict+json';
 /** Translation domain of every string of this extension. */
 export const TRANSLATION_DOMAIN = 'jupyter_suspend';
 
+/**
+ * The command ids. The ids are stable (toolbar entries in settings, shortcuts
+ * and tests name them); the names here say what each does.
+ */
 export namespace CommandIDs {
   export const suspend = 'jupyter-suspend:suspend';
-  export const checkpoint = 'jupyter-suspend:checkpoint';
+  /** Write application checkpoints now, without suspending. */
+  export const writeCheckpoints = 'jupyter-suspend:checkpoint';
   export const resume = 'jupyter-suspend:resume';
+  /** Leave the failed state without resuming the recorded sessions. */
   export const acknowledge = 'jupyter-suspend:acknowledge';
-  export const verify = 'jupyter-suspend:verify';
+  /** Run the live-state check (`%verify_live_state`) in a notebook. */
+  export const verifyLiveState = 'jupyter-suspend:verify';
   export const timeline = 'jupyter-suspend:timeline';
-  export const restoreCheckpoints = 'jupyter-suspend:restore-checkpoints';
+  /** Load the application checkpoints into kernels a cold restore restarted. */
+  export const loadCheckpoints = 'jupyter-suspend:restore-checkpoints';
 }
 
 /** Lifecycle states, spelled exactly as the server spells them. */
@@ -90,9 +98,28 @@ export interface ICapabilities {
   resume_from_server: boolean;
 }
 
+/**
+ * The backend's own words for what a suspend keeps, loses and does
+ * (`backend.text` of GET status): the UI shows these rather than its own.
+ */
+export interface IBackendText {
+  keeps: string[];
+  loses: string[];
+  /** The step that releases the environment ("stopping the kernels"). */
+  release_step: string;
+  /** The step that brings it back ("restarting the recorded sessions"). */
+  restore_step: string;
+  /** What holds while suspended. */
+  while_suspended: string;
+  /** Who or what resumes it. */
+  resume_by: string;
+}
+
 export interface IBackend {
   name: string;
   capabilities: ICapabilities;
+  /** Absent from servers older than the field (see `backendText`). */
+  text?: IBackendText;
   [key: string]: unknown;
 }
 
@@ -139,6 +166,10 @@ export interface IStatus {
   seconds_in_state?: number;
   can_suspend: boolean;
   can_resume: boolean;
+  /** Absent from older servers (see `allowedActions`). */
+  can_checkpoint?: boolean;
+  /** Absent from older servers (see `allowedActions`). */
+  can_acknowledge?: boolean;
   cold_start: IColdStart | null;
   last_restore: ILastRestore | null;
   server?: { boot_id: string };

@@ -26,8 +26,11 @@ export const LOAD_HELPER_CODE =
 /** What the helper runs (after {@link ensureHelper}). */
 export const VERIFY_CODE = '%verify_live_state';
 
-/** What the "restore checkpoints" action runs (after {@link ensureHelper}). */
-export const RESTORE_CODE = '%checkpoint restore';
+/**
+ * What loading the application checkpoints into a restarted kernel runs
+ * (after {@link ensureHelper}).
+ */
+export const LOAD_CHECKPOINTS_CODE = '%checkpoint restore';
 
 const VERDICTS: ReadonlyArray<VerdictKind> = ['LIVE', 'COLD', 'MISMATCH'];
 

@@ -4,7 +4,7 @@ import { renderToStaticMarkup } from 'react-dom/server';
 
 import { PreflightBody, TimelineBody, VerdictBody } from '../dialogs';
 import { preflightToView } from '../display';
-import { preflight, timeline } from './fixtures';
+import { LOCAL_TEXT, preflight, timeline } from './fixtures';
 
 const trans = nullTranslator.load('jupyter_suspend');
 
@@ -26,13 +26,16 @@ describe('PreflightBody', () => {
       host.querySelectorAll('.jp-suspend-keeps li[data-kept="false"]')
     ).map(li => li.textContent);
     expect(kept).toEqual([
-      '✓Files and saved notebooks: kept',
-      '✓Application checkpoints: kept'
+      '✓notebooks and other files: kept',
+      '✓application checkpoints: kept'
     ]);
-    expect(lost).toEqual([
-      '✗Live memory (variables of running kernels): lost',
-      '✗GPU memory: lost'
-    ]);
+    expect(lost).toEqual(LOCAL_TEXT.loses.map(item => `✗${item}: lost`));
+    expect(host.querySelector('.jp-suspend-while-suspended')?.textContent).toBe(
+      `While suspended: ${LOCAL_TEXT.while_suspended}`
+    );
+    expect(host.querySelector('.jp-suspend-resume-by')?.textContent).toBe(
+      `Resumed by: ${LOCAL_TEXT.resume_by}`
+    );
     const row = host.querySelector('.jp-suspend-kernel')!;
     expect(row.querySelector('.jp-suspend-kernel-title')?.textContent).toBe(
       'nb.ipynb'

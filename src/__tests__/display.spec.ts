@@ -16,6 +16,8 @@ import {
 } from '../display';
 import { STATES } from '../tokens';
 import {
+  LOCAL_TEXT,
+  olderServer,
   operation,
   preflight,
   statusIn,
@@ -106,7 +108,7 @@ describe('describeStatus', () => {
       operation: operation('checkpoint', [step('flush.kernels')])
     });
     const shown = describeStatus(status, opts(), trans);
-    expect(shown.label).toBe('Running · checkpointing…');
+    expect(shown.label).toBe('Running · writing application checkpoints…');
     expect(shown.details).toContain(
       'Current step: writing application checkpoints'
     );
@@ -124,9 +126,14 @@ describe('describeStatus', () => {
       opts(),
       trans
     );
+    // The backend words its own release step.
     expect(snapshotting.label).toBe(
-      'Suspending: snapshotting (releasing the environment)'
+      'Suspending: snapshotting (stopping the kernels and releasing their memory)'
     );
+    // A server without those words: plain ones.
+    expect(
+      describeStatus(olderServer(statusIn('snapshotting')), opts(), trans).label
+    ).toBe('Suspending: snapshotting (releasing the environment)');
   });
 
   it('suspended offers the resume when the server can resume', () => {
@@ -171,7 +178,9 @@ describe('describeStatus', () => {
     expect(waiting.tone).toBe('warn');
     expect(waiting.details[0]).toContain('GiB required');
     const restoring = describeStatus(statusIn('restoring'), opts(), trans);
-    expect(restoring.label).toBe('Restoring (restarting the kernels)');
+    expect(restoring.label).toBe(
+      'Restoring (restarting the recorded sessions)'
+    );
     expect(restoring.tone).toBe('busy');
   });
 
@@ -309,7 +318,18 @@ describe('operation steps', () => {
         }),
         trans
       )
-    ).toBe('Checkpoint: saving notebooks to disk…');
+    ).toBe('Application checkpoints: saving notebooks to disk…');
+    expect(
+      progressMessage(
+        statusIn('restoring', {
+          backend: {
+            ...statusRunning().backend,
+            text: { ...LOCAL_TEXT, restore_step: 'waking the pod' }
+          }
+        }),
+        trans
+      )
+    ).toBe('Restoring: waking the pod…');
   });
 });
 
@@ -369,12 +389,15 @@ describe('preflightToView', () => {
   it('maps the recorded local-backend preflight', () => {
     const view = preflightToView(preflight(), trans);
     expect(view.backend).toBe('local');
+    // What is kept and lost in the backend's own words.
     expect(view.keeps).toEqual([
-      { label: 'Files and saved notebooks', kept: true },
-      { label: 'Application checkpoints', kept: true },
-      { label: 'Live memory (variables of running kernels)', kept: false },
-      { label: 'GPU memory', kept: false }
+      { label: 'notebooks and other files', kept: true },
+      { label: 'application checkpoints', kept: true },
+      { label: LOCAL_TEXT.loses[0], kept: false },
+      { label: LOCAL_TEXT.loses[1], kept: false }
     ]);
+    expect(view.whileSuspended).toBe(LOCAL_TEXT.while_suspended);
+    expect(view.resumeBy).toBe(LOCAL_TEXT.resume_by);
     expect(view.releases).toEqual(['kernel memory and GPU memory']);
     expect(view.kernels).toHaveLength(1);
     const kernel = view.kernels[0];
@@ -388,8 +411,20 @@ describe('preflightToView', () => {
     expect(view.canSuspend).toBe(true);
   });
 
+  it('reads the capability flags from a server without backend.text', () => {
+    const view = preflightToView(olderServer(preflight()), trans);
+    expect(view.keeps).toEqual([
+      { label: 'Files and saved notebooks', kept: true },
+      { label: 'Application checkpoints', kept: true },
+      { label: 'Live memory (variables of running kernels)', kept: false },
+      { label: 'GPU memory', kept: false }
+    ]);
+    expect(view.whileSuspended).toBe('');
+    expect(view.resumeBy).toBe('');
+  });
+
   it('shows a backend that keeps live and GPU memory as keeping them', () => {
-    const p = preflight();
+    const p = olderServer(preflight());
     p.backend.name = 'gke';
     p.keeps = {
       files: true,

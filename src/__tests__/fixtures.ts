@@ -6,8 +6,13 @@
  * a suspend, the status once suspended, after the cold resume, and the
  * timeline of that cycle. Other states are derived from those answers the way
  * `lifecycle.py` builds them.
+ *
+ * A status here is that of a current server: what may start (`can_*`) and the
+ * backend's words (`backend.text`) are added where the recording lacks them;
+ * `olderServer` takes them away again.
  */
 import type {
+  IBackendText,
   IOperation,
   IPreflight,
   IStarted,
@@ -34,10 +39,57 @@ function copy<T>(value: T): T {
   return JSON.parse(JSON.stringify(value)) as T;
 }
 
-export const statusRunning = (): IStatus => copy(recorded.status_running);
-export const statusSuspended = (): IStatus => copy(recorded.status_suspended);
-export const statusReadyCold = (): IStatus => copy(recorded.status_ready_cold);
-export const preflight = (): IPreflight => copy(recorded.preflight);
+/**
+ * The local backend's words (`backend.text`), as the server sends them
+ * (`jupyter_suspend/server/wording.py`).
+ */
+export const LOCAL_TEXT: IBackendText = {
+  keeps: ['notebooks and other files', 'application checkpoints'],
+  loses: [
+    'variables in kernel memory that are not in application checkpoints',
+    'tensors in GPU memory (reloaded from checkpoints)'
+  ],
+  release_step: 'stopping the kernels and releasing their memory',
+  restore_step: 'restarting the recorded sessions',
+  while_suspended:
+    'This server keeps answering; the kernels are stopped and their memory is free.',
+  resume_by: 'this server: Resume restarts the recorded sessions'
+};
+
+/** `status` as a current server sends it (fields the recording lacks added). */
+function current(status: IStatus): IStatus {
+  const idle = !status.operation?.in_progress;
+  const failed = status.state === 'failed' && idle;
+  status.backend.text ??= copy(LOCAL_TEXT);
+  status.can_checkpoint ??= status.can_suspend || failed;
+  status.can_acknowledge ??= failed;
+  return status;
+}
+
+/** `status` as a server older than `can_checkpoint` and `backend.text`. */
+export function olderServer<T extends IStatus | IPreflight>(answer: T): T {
+  const older = copy(answer);
+  delete older.backend.text;
+  if ('can_checkpoint' in older) {
+    delete older.can_checkpoint;
+  }
+  if ('can_acknowledge' in older) {
+    delete older.can_acknowledge;
+  }
+  return older;
+}
+
+export const statusRunning = (): IStatus =>
+  current(copy(recorded.status_running));
+export const statusSuspended = (): IStatus =>
+  current(copy(recorded.status_suspended));
+export const statusReadyCold = (): IStatus =>
+  current(copy(recorded.status_ready_cold));
+export const preflight = (): IPreflight => {
+  const answer = copy(recorded.preflight);
+  answer.backend.text ??= copy(LOCAL_TEXT);
+  return answer;
+};
 export const startedSuspend = (): IStarted => copy(recorded.started_suspend);
 export const timeline = (): ITimeline => copy(recorded.timeline);
 
@@ -79,7 +131,9 @@ export function statusIn(state: State, patch: Partial<IStatus> = {}): IStatus {
     restore: null,
     failure: null,
     can_suspend: state === 'running' || state === 'ready',
-    can_resume: false
+    can_resume: false,
+    can_checkpoint: undefined,
+    can_acknowledge: undefined
   };
   switch (state) {
     case 'flushing':
@@ -98,7 +152,7 @@ export function statusIn(state: State, patch: Partial<IStatus> = {}): IStatus {
       ]);
       break;
     case 'suspended':
-      return { ...statusSuspended(), ...patch };
+      return current({ ...statusSuspended(), ...patch });
     case 'waiting_for_capacity':
       status.message = '0.5 GiB memory available, 8.0 GiB required to restore';
       status.operation = operation('resume', [step('restore')]);
@@ -121,5 +175,5 @@ export function statusIn(state: State, patch: Partial<IStatus> = {}): IStatus {
       status.can_resume = true;
       break;
   }
-  return { ...status, ...patch };
+  return current({ ...status, ...patch });
 }

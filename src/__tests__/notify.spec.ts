@@ -66,33 +66,64 @@ describe('ColdStartNotifier', () => {
     Notification.dismiss();
   });
 
-  it('announces each restore once, across page loads', async () => {
+  it('announces a restore once, on the page that saw it end', async () => {
     const state = new StateDB();
     const commands = new CommandRegistry();
     const first = new ColdStartNotifier({ commands, trans, state });
     const status = statusReadyCold();
 
+    expect(await first.check(statusSuspended())).toBe(null);
     const id = await first.check(status);
     expect(id).not.toBe(null);
     const shown = Notification.manager.notifications.find(n => n.id === id)!;
     expect(shown.type).toBe('warning');
     expect(shown.options.autoClose).toBe(false);
     expect(shown.options.actions?.map(a => a.label)).toEqual([
-      'Restore checkpoints',
+      'Load checkpoints',
       'Timeline'
     ]);
     expect(await first.check(status)).toBe(null);
 
-    // A new page (same state database) remembers it.
-    const second = new ColdStartNotifier({ commands, trans, state });
-    expect(await second.check(status)).toBe(null);
+    // A reload of the page (same state database) does not announce it again.
+    const reloaded = new ColdStartNotifier({ commands, trans, state });
+    expect(await reloaded.check(status)).toBe(null);
 
-    // The next restore is new.
-    status.last_restore!.operation_id = 'another-restore';
-    expect(await second.check(status)).not.toBe(null);
+    // The next restore it sees end is new.
+    const next = statusReadyCold();
+    next.last_restore!.operation_id = 'another-restore';
+    expect(await reloaded.check(next)).not.toBe(null);
   });
 
-  it('runs the restore-checkpoints command from its action', async () => {
+  it('does not announce a restore that ended before the page opened', async () => {
+    // Another browser, or a state database that remembers nothing (Galata):
+    // the first status it sees is ready after an old cold restore.
+    const commands = new CommandRegistry();
+    for (const state of [new StateDB(), null]) {
+      const page = new ColdStartNotifier({ commands, trans, state });
+      expect(await page.check(statusReadyCold())).toBe(null);
+      expect(await page.check(statusReadyCold())).toBe(null);
+      expect(Notification.manager.count).toBe(0);
+    }
+  });
+
+  it('still announces a cold start of the server to a page opened later', async () => {
+    const state = new StateDB();
+    const commands = new CommandRegistry();
+    const status = statusIn('suspended', {
+      cold_start: {
+        previous_state: 'snapshotting',
+        previous_time: '2026-12-01T20:00:00+00:00',
+        message: 'The server stopped while kernels were being shut down.',
+        next_step: ''
+      }
+    });
+    const page = new ColdStartNotifier({ commands, trans, state });
+    expect(await page.check(status)).not.toBe(null);
+    const reloaded = new ColdStartNotifier({ commands, trans, state });
+    expect(await reloaded.check(status)).toBe(null);
+  });
+
+  it('runs the load-checkpoints command from its action', async () => {
     const commands = new CommandRegistry();
     const ran: string[] = [];
     commands.addCommand('jupyter-suspend:restore-checkpoints', {
@@ -101,6 +132,7 @@ describe('ColdStartNotifier', () => {
       }
     });
     const notifier = new ColdStartNotifier({ commands, trans, state: null });
+    await notifier.check(statusIn('restoring'));
     const id = await notifier.check(statusReadyCold());
     const shown = Notification.manager.notifications.find(n => n.id === id)!;
     shown.options.actions![0].callback(new MouseEvent('click'));

@@ -1,8 +1,16 @@
 import type { ISessionContext } from '@jupyterlab/apputils';
-import type { Session } from '@jupyterlab/services';
+import type { ServiceManager, Session } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import { AttachmentKeeper, reconnectContext } from '../reconnect';
+import {
+  AttachmentKeeper,
+  IReconnectModel,
+  ISessionWidgets,
+  reconnectContext,
+  ResumeReconnector
+} from '../reconnect';
+import type { IStatus } from '../tokens';
+import { statusReadyCold, statusRunning, statusSuspended } from './fixtures';
 
 /** A kernel connection as far as the reconnect logic looks at it. */
 function kernel(id: string, connected = true) {
@@ -215,5 +223,123 @@ describe('reconnectContext', () => {
     ctx.session!.kernel.connectionStatus = 'connected';
     ctx.connectionStatusChanged.emit('connected');
     await expect(outcome).resolves.toBe('reconnected');
+  });
+});
+
+/** The model as the reconnector reads it. */
+class FakeModel {
+  status: IStatus | null = null;
+  reconnectingCalls: boolean[] = [];
+  private _reconnecting = 0;
+  readonly changed = new Signal<this, void>(this);
+  readonly stateChanged = new Signal<this, void>(this);
+
+  get reconnecting(): boolean {
+    return this._reconnecting > 0;
+  }
+
+  setReconnecting(started: boolean): void {
+    this.reconnectingCalls.push(started);
+    this._reconnecting += started ? 1 : -1;
+    this.stateChanged.emit();
+  }
+
+  set(status: IStatus): void {
+    this.status = status;
+    this.stateChanged.emit();
+    this.changed.emit();
+  }
+}
+
+/** A notebook tracker: its panels' session contexts. */
+class FakeTracker {
+  panels: { sessionContext: FakeContext }[] = [];
+  readonly widgetAdded = new Signal<this, { sessionContext: FakeContext }>(
+    this
+  );
+
+  add(ctx: FakeContext): void {
+    const panel = { sessionContext: ctx };
+    this.panels.push(panel);
+    this.widgetAdded.emit(panel);
+  }
+
+  forEach(fn: (panel: { sessionContext: FakeContext }) => void): void {
+    this.panels.forEach(fn);
+  }
+}
+
+describe('ResumeReconnector', () => {
+  let states: FakeModel;
+  let sessions: FakeSessions;
+  let kernelRefreshes: number;
+  let tracker: FakeTracker;
+  let reconnector: ResumeReconnector;
+
+  beforeEach(() => {
+    states = new FakeModel();
+    sessions = new FakeSessions();
+    kernelRefreshes = 0;
+    tracker = new FakeTracker();
+    const services = {
+      sessions,
+      kernels: {
+        refreshRunning: async () => {
+          kernelRefreshes += 1;
+        }
+      }
+    };
+    reconnector = new ResumeReconnector({
+      model: states as unknown as IReconnectModel,
+      services: services as unknown as ServiceManager.IManager,
+      widgets: [tracker as unknown as ISessionWidgets, null]
+    });
+  });
+
+  afterEach(() => {
+    reconnector.dispose();
+  });
+
+  it('refreshes sessions and kernels once suspended', async () => {
+    states.set(statusRunning());
+    states.set(statusSuspended());
+    await settle();
+    expect(kernelRefreshes).toBe(1);
+    expect(sessions.refreshes).toBe(1);
+    // Not again while it stays suspended.
+    states.set(statusSuspended());
+    await settle();
+    expect(kernelRefreshes).toBe(1);
+  });
+
+  it('reconnects open notebooks when a resume ends', async () => {
+    const ctx = new FakeContext();
+    tracker.add(ctx);
+    states.set(statusSuspended());
+    sessions.models = [model(ctx.path)];
+    states.set(statusReadyCold());
+    expect(states.reconnecting).toBe(true);
+    const outcomes = await reconnector.lastReconnect!;
+    expect(outcomes.get(ctx.path)).toBe('reconnected');
+    expect(ctx.adopted).toHaveLength(1);
+    expect(states.reconnectingCalls).toEqual([true, false]);
+    expect(reconnector.steady()).toBe(true);
+  });
+
+  it('does not reconnect for a restore that ended before the page opened', () => {
+    states.set(statusReadyCold());
+    expect(reconnector.lastReconnect).toBe(null);
+    expect(states.reconnectingCalls).toEqual([]);
+  });
+
+  it('keeps notebooks attached between operations', async () => {
+    states.set(statusRunning());
+    const ctx = new FakeContext();
+    ctx.session = sessionConnection('session-1', kernel('kernel-1'));
+    tracker.add(ctx);
+    sessions.models = [model(ctx.path)];
+    ctx.drop();
+    await settle();
+    expect(ctx.adopted).toHaveLength(1);
   });
 });
