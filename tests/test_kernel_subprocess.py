@@ -74,3 +74,29 @@ def test_real_server_discovery_suspend_resume_and_cold_verdict(tmp_path: Path) -
             client.stop_channels()
     finally:
         server.stop()
+
+
+def test_a_kernel_started_normally_writes_checkpoints_under_the_configured_state_dir(tmp_path: Path) -> None:
+    """Issue 8, item 8: not only kernels restarted by a resume know the configured folder."""
+    state_dir = tmp_path / "custom-state"
+    server = ServerProcess(tmp_path, state_dir).start()
+    try:
+        (server.root_dir / "plain.ipynb").write_text(
+            json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+        )
+        code, session = server.request(
+            "POST", "api/sessions", {"path": "plain.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+        )
+        assert code == 201, session
+        client = server.kernel_client(session["kernel"]["id"])
+        try:
+            out, _ = run(client, "%load_ext jupyter_suspend\nx = [1, 2]\n%checkpoint save x")
+        finally:
+            client.stop_channels()
+        assert "saved 1 name(s)" in out, out
+        folders = [p for p in (state_dir / "checkpoints").iterdir() if p.name.startswith("plain.ipynb-")]
+        assert len(folders) == 1, out
+        assert str(folders[0]) in out
+        assert not (tmp_path / "data" / "jupyter_suspend" / "checkpoints").exists()
+    finally:
+        server.stop()

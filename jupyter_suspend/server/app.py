@@ -18,6 +18,8 @@ from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
 
+#: Where kernels write application checkpoints (read by ``jupyter_suspend.kernel.helper``).
+KERNEL_CHECKPOINT_DIR_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIR"
 EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
 
 BACKENDS = {
@@ -90,6 +92,7 @@ class SuspendApp(ExtensionApp):
     def initialize_settings(self) -> None:
         backend = load_backend_class(self.backend)(parent=self)
         journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes)
+        self._tell_kernels_the_checkpoint_dir()
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:
             event_logger.register_event_schema(
@@ -109,7 +112,7 @@ class SuspendApp(ExtensionApp):
                 flush_kernel_timeout=self.flush_kernel_timeout,
                 restore_checkpoints_on_resume=self.restore_checkpoints_on_resume,
                 capacity_max_wait=self.capacity_max_wait,
-                kernel_env={**self.kernel_env, "JUPYTER_SUSPEND_CHECKPOINT_DIR": self.checkpoint_dir},
+                kernel_env={**self.kernel_env, KERNEL_CHECKPOINT_DIR_ENV: self.checkpoint_dir},
             ),
             emit=emit,
             log=self.log,
@@ -135,8 +138,25 @@ class SuspendApp(ExtensionApp):
             self.lifecycle.state.value,
         )
 
+    def _tell_kernels_the_checkpoint_dir(self) -> None:
+        """Every kernel this server starts writes checkpoints where the server reads them.
+
+        jupyter_client starts local kernels with a copy of the server's environment
+        (jupyter_server's sessions add ``JPY_SESSION_NAME`` to it), so the variable is
+        set in this process; kernels restarted by a resume get it through ``kernel_env``
+        too. The previous value comes back when the extension stops.
+        """
+        self._previous_checkpoint_env = os.environ.get(KERNEL_CHECKPOINT_DIR_ENV)
+        os.environ[KERNEL_CHECKPOINT_DIR_ENV] = self.checkpoint_dir
+
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())
 
     async def stop_extension(self) -> None:
         await self.lifecycle.stop()
+        if os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir:
+            previous = getattr(self, "_previous_checkpoint_env", None)
+            if previous is None:
+                os.environ.pop(KERNEL_CHECKPOINT_DIR_ENV, None)
+            else:
+                os.environ[KERNEL_CHECKPOINT_DIR_ENV] = previous
