@@ -171,11 +171,12 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   // It closes by itself (and must not linger into the next screenshots).
   await expect(noKernel).toHaveCount(0, { timeout: 30000 });
 
-  // A page opened after an earlier test's restore announced that one once.
+  // A page opened after an earlier test's cold restore does not announce it.
   const coldToasts = page.locator('.Toastify__toast', {
     hasText: 'Cold restore'
   });
   const announcedBefore = await coldToasts.count();
+  expect(announcedBefore).toBe(0);
   await toolbarItem(page, 'jupyter-suspend:resume')
     .locator('jp-button')
     .click();
@@ -200,7 +201,7 @@ test('suspend then resume: the status bar follows and a cell runs after resume',
   const toast = coldToasts.last();
   await expect(toast).toBeVisible();
   await expect(
-    toast.getByRole('button', { name: 'Restore checkpoints' })
+    toast.getByRole('button', { name: 'Load checkpoints' })
   ).toBeVisible();
   // The resume's own progress toast gave way to this one.
   await expect(

@@ -139,12 +139,12 @@ test.describe('restore checkpoints after a cold restore (needs the kernel side)'
 
     // The resume put `marker` back; the user then loses it again.
     expect(await runNewCell(page, 'print(marker)\nmarker = 0')).toContain('41');
-    // The newest announcement (an earlier test's restore may still be shown:
-    // a page opened after a restore announces it once, too).
+    // The announcement of this restore (a page announces the restores it saw
+    // end, not older ones).
     const toast = page
       .locator('.Toastify__toast', { hasText: 'Cold restore' })
       .last();
-    await toast.getByRole('button', { name: 'Restore checkpoints' }).click();
+    await toast.getByRole('button', { name: 'Load checkpoints' }).click();
     await expect(
       page.locator('.Toastify__toast', { hasText: 'marker' }).first()
     ).toBeVisible();
