@@ -340,6 +340,9 @@ def test_refused_requests_make_no_api_call(
         ("GET", "/v1/nothing-here", b"", {"auth": None}, 401, proto.E_UNAUTHORIZED),
         ("POST", request, b"{not json", {}, 400, proto.E_MALFORMED),
         ("POST", request, b"[1, 2]", {}, 400, proto.E_NOT_AN_OBJECT),
+        ("POST", request, b"[" * 10000, {}, 400, proto.E_MALFORMED),
+        ("POST", request, b'{"pod": "notebook-\xff"}', {}, 400, proto.E_MALFORMED),
+        ("POST", request + "?pod=notebook-0", b"{}", {}, 400, proto.E_UNKNOWN_FIELD),
         ("POST", request, b"x" * (proto.MAX_BODY_BYTES + 1), {}, 413, proto.E_BODY_TOO_LARGE),
         (
             "POST",
@@ -401,6 +404,18 @@ def test_refused_requests_make_no_api_call(
     assert sidecar.secret() != old_secret
     assert run(sidecar.client.pod())["name"] == POD
     assert sidecar.raw("GET", proto.PATH_POD, auth=f"Bearer {old_secret}")[0] == 401
+
+    # A restart between the client's read of the secret and the answer: the client asks once more.
+    class ReadBeforeRestart(SidecarClient):
+        reads = 0
+
+        def _secret(self) -> str:
+            self.reads += 1
+            return old_secret if self.reads == 1 else super()._secret()
+
+    late = ReadBeforeRestart(sidecar.socket_path, sidecar.secret_path, timeout=10)
+    assert run(late.pod())["name"] == POD
+    assert late.reads == 3  # stale, compared after the 401, sent again
 
 
 # --- least privilege --------------------------------------------------------------------------------------------------

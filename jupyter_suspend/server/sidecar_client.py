@@ -128,10 +128,14 @@ class SidecarClient:
         params: dict[str, str] | None = None,
         auth: bool = True,
         extra_time: float = 0.0,
+        _retried: bool = False,
     ) -> dict[str, Any]:
         headers = {"Host": "sidecar", "Connection": "close", "Accept": proto.CONTENT_TYPE}
+        secret = ""
         if auth:
-            headers[proto.AUTH_HEADER] = f"{proto.AUTH_SCHEME} {self._secret()}"
+            # A read of a few bytes from an in-memory emptyDir: not worth a thread.
+            secret = self._secret()
+            headers[proto.AUTH_HEADER] = f"{proto.AUTH_SCHEME} {secret}"
         payload = b""
         if body is not None:
             payload = json.dumps(body).encode()
@@ -153,6 +157,11 @@ class SidecarClient:
             answer = None
         if not isinstance(answer, dict):
             raise SidecarError(status, proto.E_INTERNAL, f"the sidecar answered {status} without a JSON object")
+        if status == 401 and auth and not _retried and self._secret() != secret:
+            # The sidecar restarted (a new secret) between our read and its answer: once more.
+            return await self._call(
+                method, path, body=body, params=params, auth=auth, extra_time=extra_time, _retried=True
+            )
         if status >= 400:
             raise SidecarError(
                 status,

@@ -96,11 +96,14 @@ class BaseHandler(web.RequestHandler):
     def json_body(self, fields: Mapping[str, type]) -> dict[str, Any]:
         """The body as a JSON object with only ``fields`` (name -> type); empty body = ``{}``."""
         raw = self._raw_body()
+        if self.request.query_arguments:
+            names = ", ".join(sorted(self.request.query_arguments))
+            raise Fault(400, proto.E_UNKNOWN_FIELD, f"{self.request.method} takes its fields in the body, not {names}")
         if not raw.strip():
             return {}
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise Fault(400, proto.E_MALFORMED, f"the body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise Fault(400, proto.E_NOT_AN_OBJECT, "the body must be a JSON object")
