@@ -18,6 +18,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..common.api import API_PREFIX
+from . import openapi
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
 from .states import IllegalState
@@ -142,6 +143,13 @@ class VerifyHandler(SuspendAPIHandler):
         self.reply(result)
 
 
+class OpenAPIHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.reply(openapi.document(handlers(), self.base_url))
+
+
 def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
     return [
         (rf"/{API_PREFIX}/status", StatusHandler),
@@ -151,4 +159,5 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/acknowledge", AcknowledgeHandler),
         (rf"/{API_PREFIX}/timeline", TimelineHandler),
         (rf"/{API_PREFIX}/verify", VerifyHandler),
+        (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]

@@ -1,0 +1,309 @@
+"""The OpenAPI 3.1 document of the REST API, built from the route table and the JSON schemas.
+
+Nothing here is written twice: the paths and their methods come from the
+handlers list (``handlers.handlers()``), the request and answer bodies from
+``jupyter_suspend/common/schemas/*.json``; this module only says which schema
+answers which method with which status. Building the document fails if a
+handler has a method this table does not describe, or the other way round.
+
+The schemas are bundled into ``components.schemas`` (each file and each of its
+``$defs`` becomes one component, its references rewritten to
+``#/components/schemas/...``), so the document stands on its own.
+:func:`check_answer` validates one answer against it, which is how the tests
+hold the server to its contract.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from .. import __version__
+from ..common.api import API_PREFIX
+
+SCHEMA_PACKAGE = "jupyter_suspend.common.schemas"
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+_FORBIDDEN = ("Not authenticated, or not authorized for the jupyter_suspend resource.", "ErrorAnswer")
+_BAD_REQUEST = ("The body is not JSON, too large, or does not match its request schema.", "ErrorAnswer")
+_CONFLICT = ("Not allowed in this state, or another operation runs (state and operation say which).", "ErrorAnswer")
+
+#: endpoint -> method -> what it does, its request schema and its answers (status -> (description, component)).
+OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "status": {
+        "get": {
+            "summary": "The lifecycle state, the current or last operation, and what may start now.",
+            "answers": {"200": ("The status.", "Status"), "403": _FORBIDDEN},
+        }
+    },
+    "suspend": {
+        "post": {
+            "summary": "Flush, then release the environment; with dry_run, only the preflight report.",
+            "request": "SuspendRequest",
+            "answers": {
+                "200": ("dry_run: what a suspend would keep and lose.", "Preflight"),
+                "202": ("The suspend started; follow it with GET status.", "OperationStarted"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "409": _CONFLICT,
+            },
+        }
+    },
+    "checkpoint": {
+        "post": {
+            "summary": "Flush only: notebooks and application checkpoints; nothing is released.",
+            "request": "CheckpointRequest",
+            "answers": {
+                "202": ("The checkpoint started; follow it with GET status.", "OperationStarted"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "409": _CONFLICT,
+            },
+        }
+    },
+    "resume": {
+        "post": {
+            "summary": "Bring the suspended environment back (backends that resume from the server).",
+            "request": "ResumeRequest",
+            "answers": {
+                "202": ("The resume started; follow it with GET status.", "OperationStarted"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "409": _CONFLICT,
+            },
+        }
+    },
+    "acknowledge": {
+        "post": {
+            "summary": "Leave the failed state without resuming.",
+            "request": "AcknowledgeRequest",
+            "answers": {
+                "200": ("The status after leaving the failed state.", "Status"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "409": _CONFLICT,
+            },
+        }
+    },
+    "timeline": {
+        "get": {
+            "summary": "Every suspend/resume cycle measured from the journal.",
+            "answers": {"200": ("The cycles and their totals.", "Timeline"), "403": _FORBIDDEN},
+        }
+    },
+    "verify": {
+        "post": {
+            "summary": "Compare a kernel's live state with its last suspend or checkpoint record.",
+            "request": "VerifyRequest",
+            "answers": {
+                "200": ("The verdict.", "Verification"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "404": ("Nothing recorded for this kernel to compare with.", "ErrorAnswer"),
+                "409": ("The kernel is not running, busy, or could not be observed.", "ErrorAnswer"),
+            },
+        }
+    },
+    "openapi.json": {
+        "get": {
+            "summary": "This document.",
+            "answers": {"200": ("The OpenAPI 3.1 document of this API.", None), "403": _FORBIDDEN},
+        }
+    },
+}
+
+
+class ContractError(AssertionError):
+    """An answer does not match the schema of its endpoint, method and status."""
+
+
+def _pascal(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_.]", name) if part)
+
+
+@cache
+def schema_files() -> dict[str, dict[str, Any]]:
+    """Every schema file of the package, by file name."""
+    folder = files(SCHEMA_PACKAGE)
+    out: dict[str, dict[str, Any]] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            out[entry.name] = json.loads(entry.read_text())
+    return out
+
+
+def _type_name(title: Any) -> str | None:
+    return title if isinstance(title, str) and re.fullmatch(r"[A-Z][A-Za-z0-9]*", title) else None
+
+
+def component_names() -> dict[tuple[str, str], str]:
+    """(file, ``$defs`` key or "") -> component name: the schema's title when that is a type name,
+    else from the file name (``verify-request.json`` -> ``VerifyRequest``) or the file's name plus
+    the key. ``scripts/schema-types.mjs`` names the TypeScript types by the same rule."""
+    names: dict[tuple[str, str], str] = {}
+    for file_name, schema in schema_files().items():
+        top = _type_name(schema.get("title")) or _pascal(file_name.removesuffix(".json"))
+        names[(file_name, "")] = top
+        for key, sub in schema.get("$defs", {}).items():
+            names[(file_name, key)] = _type_name(sub.get("title")) or top + _pascal(key)
+    if len(set(names.values())) != len(names):
+        raise ValueError(f"two schemas have the same component name: {sorted(names.values())}")
+    return names
+
+
+@cache
+def components() -> dict[str, Any]:
+    """The schema files bundled into OpenAPI components (one per file and per ``$defs`` entry)."""
+    sources = schema_files()
+    names = component_names()
+
+    def rewrite(node: Any, file_name: str) -> Any:
+        if isinstance(node, list):
+            return [rewrite(n, file_name) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                target, _, pointer = value.partition("#")
+                target = target or file_name
+                match = re.fullmatch(r"/\$defs/([^/]+)", pointer)
+                if pointer and not match:
+                    raise ValueError(f"{file_name}: only refs to a file or to its $defs are bundled: {value}")
+                out[key] = "#/components/schemas/" + names[(target, match.group(1) if match else "")]
+            else:
+                out[key] = rewrite(value, file_name)
+        return out
+
+    bundled: dict[str, Any] = {}
+    for file_name, schema in sources.items():
+        top = {k: v for k, v in schema.items() if k not in {"$schema", "$id", "$defs", "version", "personal-data"}}
+        bundled[names[(file_name, "")]] = rewrite(top, file_name)
+        for key, sub in schema.get("$defs", {}).items():
+            bundled[names[(file_name, key)]] = rewrite(sub, file_name)
+    return bundled
+
+
+def routes(handler_list: Iterable[tuple[str, Any]]) -> dict[str, list[str]]:
+    """Endpoint (``status``, ...) -> the HTTP methods its handler implements, from the handlers list."""
+    from tornado import web
+
+    prefix = f"/{API_PREFIX}/"
+    out: dict[str, list[str]] = {}
+    for pattern, handler in handler_list:
+        if not pattern.startswith(prefix):
+            raise ValueError(f"route {pattern!r} is not under {prefix}")
+        endpoint = pattern[len(prefix) :].replace(r"\.", ".")
+        out[endpoint] = [m for m in HTTP_METHODS if getattr(handler, m) is not getattr(web.RequestHandler, m)]
+    return out
+
+
+def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the routes in ``handler_list``, served under ``base_url``."""
+    paths: dict[str, Any] = {}
+    table = routes(handler_list)
+    missing = set(OPERATIONS) - set(table)
+    if missing:
+        raise ValueError(f"openapi.OPERATIONS describes endpoints no handler serves: {sorted(missing)}")
+    for endpoint, methods in table.items():
+        described = OPERATIONS.get(endpoint, {})
+        if sorted(described) != sorted(methods):
+            raise ValueError(f"{endpoint}: handler methods {methods}, described {sorted(described)}")
+        item: dict[str, Any] = {}
+        for method in methods:
+            spec = described[method]
+            operation: dict[str, Any] = {
+                "operationId": f"{method}_{endpoint.split('.')[0]}",
+                "summary": spec["summary"],
+                "responses": {},
+            }
+            if "request" in spec:
+                operation["requestBody"] = {
+                    "required": False,
+                    "description": "An empty body means {}.",
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{spec['request']}"}}},
+                }
+            for status, (description, component) in spec["answers"].items():
+                schema = {"$ref": f"#/components/schemas/{component}"} if component else {"type": "object"}
+                operation["responses"][status] = {
+                    "description": description,
+                    "content": {"application/json": {"schema": schema}},
+                }
+            item[method] = operation
+        paths[f"/{endpoint}"] = item
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "jupyter-suspend REST API",
+            "version": __version__,
+            "description": (
+                "Suspend a notebook environment safely and resume it. Every endpoint needs an authenticated "
+                "user authorized for the jupyter_suspend resource (read for GET, write for POST). "
+                "Lifecycle events are emitted on jupyter_server's event bus with the schema LifecycleEvent."
+            ),
+        },
+        "servers": [{"url": base_url.rstrip("/") + "/" + API_PREFIX}],
+        "security": [{"token": []}, {"cookie": []}],
+        "paths": paths,
+        "components": {
+            "schemas": components(),
+            "securitySchemes": {
+                "token": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "'token <server token>', as jupyter_server accepts it.",
+                },
+                "cookie": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "_xsrf",
+                    "description": "The browser's login cookie; a POST also needs the X-XSRFToken header.",
+                },
+            },
+        },
+    }
+
+
+@cache
+def _default_document() -> dict[str, Any]:
+    from .handlers import handlers
+
+    return document(handlers())
+
+
+@cache
+def answer_validator(endpoint: str, method: str, status: int) -> Draft202012Validator:
+    """The validator of one answer, looked up in the document by path, method and status."""
+    doc = _default_document()
+    operation = doc["paths"].get(f"/{endpoint}", {}).get(method.lower())
+    if operation is None:
+        raise ContractError(f"{method} {endpoint} is not in the OpenAPI document")
+    response = operation["responses"].get(str(status))
+    if response is None:
+        raise ContractError(f"{method} {endpoint} answered {status}, which the OpenAPI document does not list")
+    schema = response["content"]["application/json"]["schema"]
+    return Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def check_answer(method: str, endpoint: str, status: int, body: bytes | str | Any) -> None:
+    """Raise :class:`ContractError` unless ``body`` is what ``method endpoint`` may answer with ``status``."""
+    if isinstance(body, bytes | str):
+        try:
+            body = json.loads(body)
+        except ValueError as exc:
+            raise ContractError(f"{method} {endpoint} answered {status} with a body that is not JSON") from exc
+    errors = sorted(answer_validator(endpoint, method, status).iter_errors(body), key=lambda e: list(e.path))
+    if errors:
+        # For a oneOf ("an object or null") the branch that came closest says what is wrong.
+        errors = [best_match(e.context) if e.context else e for e in errors]
+        lines = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:5]]
+        raise ContractError(f"{method} {endpoint} {status} does not match its schema:\n  " + "\n  ".join(lines))
