@@ -421,3 +421,47 @@ async def test_unload_unregisters_handlers_and_reload_keeps_the_canary(
     await suspend_api.wait_until_idle(kernel_id)
     reloaded = await suspend_api.json("POST", "suspend", {"dry_run": True})
     assert reloaded["kernels"][0]["registered"] == ["vocab", "weights"]
+
+
+async def test_a_checkpoint_saved_in_the_kernel_leaves_the_live_state_record(
+    suspend_api: SuspendClient, kernel_server_env: Path, state_dir: Path
+) -> None:
+    """Issue 12: `%checkpoint save x` then `%verify_live_state` answers LIVE, not NO RECORD."""
+    kernel_id = await open_with_extension(suspend_api, "own.ipynb", SETUP)
+    reply = await suspend_api.run(kernel_id, "%checkpoint save weights")
+    assert "saved 1 name(s)" in reply["stdout"]
+    assert "recorded for %verify_live_state" in reply["stdout"]
+    assert "not recorded" not in reply["stdout"]
+    entry = [e for e in journal(state_dir) if e["kind"] == "checkpointed"][-1]
+    assert entry["kernels"][0]["kernel_id"] == kernel_id
+    assert entry["kernels"][0]["canary"]["pid"] == suspend_api.kernel_pid(kernel_id)
+
+    text, data = await verdict(suspend_api, kernel_id, "weights")
+    assert text.startswith("LIVE: same kernel process"), text
+    assert data["details"]["names"]["weights"]["status"] == "match"
+    assert data["details"]["recorded"]["source"] == "checkpoint"
+
+    # A record is only accepted for the kernel's own process.
+    forged = {"kernel_id": kernel_id, "checkpoint": {"checkpoints": [], "canary": {"hash": "0" * 64, "pid": 1}}}
+    answer = await suspend_api.call("POST", "checkpoint-record", forged)
+    assert answer.code == 409
+    assert b"not this kernel's process" in answer.body
+
+
+async def test_a_checkpoint_saved_without_a_server_says_what_is_missing(
+    suspend_api: SuspendClient, kernel_server_env: Path
+) -> None:
+    kernel_id = await open_with_extension(suspend_api, "offline.ipynb", SETUP)
+    reply = await suspend_api.run(
+        kernel_id,
+        "import os\nos.environ['JUPYTER_SUSPEND_SERVER_URL'] = 'http://127.0.0.1:9/'\n%checkpoint save weights",
+    )
+    out = reply["stdout"]
+    assert "saved 1 name(s)" in out
+    assert "not recorded for %verify_live_state" in out
+    assert "is not reachable" in out
+    assert "Traceback" not in out
+    reply = await suspend_api.run(kernel_id, "del os.environ['JUPYTER_SUSPEND_SERVER_URL']\n%verify_live_state")
+    assert reply["stdout"].startswith("NO RECORD:"), reply["stdout"]
+    assert "the %checkpoint save at" in reply["stdout"]
+    assert "was not recorded" in reply["stdout"]

@@ -93,6 +93,8 @@ class KernelHelper(SuspendKernel):
         self.server_folder: Path | None = None
         #: name -> where it was restored from, in this process.
         self.restored: dict[str, dict[str, Any]] = {}
+        #: Why the last %checkpoint save left no live-state record on the server (None when it did).
+        self.unrecorded: str | None = None
         self.started = time.time()
         canary.canary_hash()  # the canary exists from the moment the extension loads
 
@@ -284,22 +286,31 @@ class KernelHelper(SuspendKernel):
             request_id=request.get("request_id"),
         )
         seconds = time.perf_counter() - started
-        checkpoints = (
-            [] if generation is None else [summary(entry, generation.id) for entry in generation.objects.values()]
-        )
+        record = self.checkpoint_record(generation, self.folder())
+        checkpoints = record["checkpoints"]
         total = sum(c["bytes"] for c in checkpoints)
         message = f"{len(checkpoints)} checkpoint(s), {human_bytes(total)} in {seconds:.2f} s"
         if skipped:
             message += f"; registered but not defined, skipped: {', '.join(skipped)}"
         return {
-            "checkpoints": checkpoints,
-            "canary": canary.identity(),
-            "generation": generation.id if generation else None,
-            "checkpoint_dir": str(self.folder()),
+            **record,
             "bytes": total,
             "seconds": round(seconds, 6),
             "skipped": skipped,
             "message": message,
+        }
+
+    def checkpoint_record(self, generation: Generation | None, folder: str | os.PathLike[str]) -> dict[str, Any]:
+        """What the server records about a checkpoint for live-state verification: the
+        per-name hashes and this process's canary (the same for the server's flush and
+        for ``%checkpoint save``, which sends it to ``POST checkpoint-record``)."""
+        return {
+            "checkpoints": []
+            if generation is None
+            else [summary(entry, generation.id) for entry in generation.objects.values()],
+            "canary": canary.identity(),
+            "generation": generation.id if generation else None,
+            "checkpoint_dir": str(folder),
         }
 
     def on_restore(self, request: dict[str, Any]) -> dict[str, Any]:

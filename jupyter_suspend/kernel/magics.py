@@ -16,6 +16,7 @@ import argparse
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any, NoReturn
 
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -23,7 +24,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from .client import ApiError, ServerNotFound, SuspendAPI
 from .helper import KernelHelper, human_bytes, restore_reply
 from .registry import NotRegistered
-from .store import CorruptCheckpoint, SaveError
+from .store import CorruptCheckpoint, Generation, SaveError
 
 VERDICT_MIME = "application/vnd.jupyter-suspend.verdict+json"
 
@@ -169,7 +170,9 @@ class SuspendMagics(Magics):
                 if generation is None:
                     print("nothing to save: register names with %checkpoint add NAME or jupyter_suspend.register()")
                 else:
-                    print(format_saved(generation.objects, generation.id, str(ks.store(args.dir).directory), seconds))
+                    folder = ks.store(args.dir).directory
+                    print(format_saved(generation.objects, generation.id, str(folder), seconds))
+                    self._record_checkpoint(generation, folder)
                 if skipped:
                     _err(f"registered but not defined, not saved: {', '.join(skipped)}")
             elif args.command == "restore":
@@ -185,6 +188,32 @@ class SuspendMagics(Magics):
             _err(f"{exc.args[0]!r} is not registered")
         except OSError as exc:
             _err(f"checkpoint folder problem: {exc}" + _unregistered_note(exc))
+
+    def _record_checkpoint(self, generation: Generation, folder: Path) -> None:
+        """Leave the live-state record a server-side checkpoint leaves, so that
+        %verify_live_state can compare with this save; say exactly what is missing
+        when the server cannot take it."""
+        ks = self.kernel_helper
+        when = time.strftime("%H:%M:%S")
+        kernel_id = ks.kernel_id()
+        if kernel_id is None:
+            why = "this kernel cannot tell its id (no kernel-<id>.json connection file; set JUPYTER_SUSPEND_KERNEL_ID)"
+        else:
+            body = {"kernel_id": kernel_id, "checkpoint": ks.checkpoint_record(generation, folder)}
+            try:
+                self._api().post("checkpoint-record", body)
+            except (ServerNotFound, ApiError) as exc:
+                why = str(exc)
+            else:
+                ks.unrecorded = None
+                print("  recorded for %verify_live_state (this process's canary and the hashes above)")
+                return
+        ks.unrecorded = f"the %checkpoint save at {when} was not recorded: {why}"
+        _err(
+            f"saved, but not recorded for %verify_live_state: {why}. The record lives on the Jupyter server; "
+            "until one is recorded (%checkpoint save with the server reachable, or a suspend or checkpoint "
+            "from JupyterLab), %verify_live_state has nothing to compare with."
+        )
 
     # -- %verify_live_state ---------------------------------------------------
     @line_magic
@@ -205,6 +234,8 @@ class SuspendMagics(Magics):
         except ApiError as exc:
             if exc.status == 404:
                 print(f"NO RECORD: {exc.body.get('message', exc)}")
+                if ks.unrecorded:
+                    print(f"  {ks.unrecorded}")
                 return
             _err(str(exc))
             return

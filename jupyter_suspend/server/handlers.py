@@ -143,6 +143,21 @@ class VerifyHandler(SuspendAPIHandler):
         self.reply(result)
 
 
+class KernelCheckpointHandler(SuspendAPIHandler):
+    """A checkpoint written in the kernel (``%checkpoint save``), recorded for live-state verification."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.body("checkpoint-record")
+        try:
+            result = await self.lifecycle.record_kernel_checkpoint(body["kernel_id"], body["checkpoint"])
+        except VerifyError as exc:
+            self.reply({"message": str(exc), "reason": "Verify", "kernel_id": exc.kernel_id}, exc.status_code)
+            return
+        self.reply(result)
+
+
 class OpenAPIHandler(SuspendAPIHandler):
     @web.authenticated
     @authorized
@@ -159,5 +174,6 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/acknowledge", AcknowledgeHandler),
         (rf"/{API_PREFIX}/timeline", TimelineHandler),
         (rf"/{API_PREFIX}/verify", VerifyHandler),
+        (rf"/{API_PREFIX}/checkpoint-record", KernelCheckpointHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]

@@ -30,7 +30,7 @@ from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive
 from .environment import Environment, KernelRecord
 from .flush import KernelFlush, flush, reload_application_checkpoints
 from .journal import Journal
-from .live_state import LiveStateRecords
+from .live_state import LiveStateRecords, VerifyError
 from .replay import EntryKind, read_cold_start, replay, restore_report
 from .states import (
     TRANSITIONS,
@@ -302,6 +302,41 @@ class Lifecycle:
             recorded_operation_id=result["details"]["recorded"]["operation_id"],
         )
         return result
+
+    async def record_kernel_checkpoint(self, kernel_id: str, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint the kernel wrote itself (``%checkpoint save``) leaves the live-state
+        record a server-side checkpoint leaves; only for the kernel's own process."""
+        record = next((k for k in await self.environment.kernels() if k.kernel_id == kernel_id), None)
+        if record is None:
+            raise VerifyError(404, f"kernel {kernel_id} is not running on this server: nothing recorded", kernel_id)
+        canary = checkpoint.get("canary") or {}
+        if record.pid is None or canary.get("pid") != record.pid:
+            raise VerifyError(
+                409,
+                f"the canary of pid {canary.get('pid')} is not this kernel's process (pid {record.pid}): "
+                "nothing recorded",
+                kernel_id,
+            )
+        checkpoints = list(checkpoint.get("checkpoints") or [])
+        kernel: dict[str, Any] = {
+            "kernel_id": kernel_id,
+            "path": record.path,
+            "status": "checkpointed",
+            "message": "written in the kernel by %checkpoint save",
+            "checkpoints": checkpoints,
+            "canary": canary,
+            "checkpoint_dir": checkpoint.get("checkpoint_dir"),
+            "pid": record.pid,
+            "process_start": record.process_start,
+        }
+        entry = self._journal(EntryKind.CHECKPOINTED, operation_id=None, source="kernel", kernels=[kernel])
+        self.live_state.record([kernel], "checkpoint", entry)
+        return {
+            "kernel_id": kernel_id,
+            "recorded": True,
+            "time": entry["time"],
+            "names": [c["name"] for c in checkpoints],
+        }
 
     def status(self) -> dict[str, Any]:
         return status_mod.status(self)
