@@ -23,7 +23,7 @@ from importlib.resources import files
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError
 
 from .. import __version__
 from ..common.api import API_PREFIX
@@ -294,6 +294,13 @@ def answer_validator(endpoint: str, method: str, status: int) -> Draft202012Vali
     return Draft202012Validator({**schema, "components": doc["components"]})
 
 
+def _deepest(error: ValidationError) -> ValidationError:
+    """For a oneOf ("an object or null"), the error of the branch that came closest, recursively."""
+    while error.context:
+        error = max(error.context, key=lambda e: (len(e.absolute_path), -len(e.context or [])))
+    return error
+
+
 def check_answer(method: str, endpoint: str, status: int, body: bytes | str | Any) -> None:
     """Raise :class:`ContractError` unless ``body`` is what ``method endpoint`` may answer with ``status``."""
     if isinstance(body, bytes | str):
@@ -303,7 +310,6 @@ def check_answer(method: str, endpoint: str, status: int, body: bytes | str | An
             raise ContractError(f"{method} {endpoint} answered {status} with a body that is not JSON") from exc
     errors = sorted(answer_validator(endpoint, method, status).iter_errors(body), key=lambda e: list(e.path))
     if errors:
-        # For a oneOf ("an object or null") the branch that came closest says what is wrong.
-        errors = [best_match(e.context) if e.context else e for e in errors]
+        errors = [_deepest(e) for e in errors]
         lines = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:5]]
         raise ContractError(f"{method} {endpoint} {status} does not match its schema:\n  " + "\n  ".join(lines))
