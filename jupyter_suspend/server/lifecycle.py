@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,13 +224,13 @@ class Lifecycle:
     def _journal(self, kind: EntryKind, **data: Any) -> dict[str, Any]:
         return self.journal.append(kind.value, **data)
 
-    def _spawn(self, operation: Operation, script: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, operation: Operation, script: Callable[[], Awaitable[None]]) -> None:
         self._task = asyncio.ensure_future(self._run(operation, script))
 
-    async def _run(self, operation: Operation, script: Coroutine[Any, Any, None]) -> None:
+    async def _run(self, operation: Operation, script: Callable[[], Awaitable[None]]) -> None:
         """Run an operation script; whatever it raises, the operation ends and nothing stays claimed."""
         try:
-            await script
+            await script()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -249,17 +249,17 @@ class Lifecycle:
     # -- public operations --------------------------------------------------
     def start_suspend(self, reason: str = "", force: bool = False) -> Operation:
         operation = self._claim(OperationKind.SUSPEND, reason, force=force)
-        self._spawn(operation, self._run_suspend(operation, force))
+        self._spawn(operation, lambda: self._run_suspend(operation, force))
         return operation
 
     def start_resume(self, reason: str = "") -> Operation:
         operation = self._claim(OperationKind.RESUME, reason)
-        self._spawn(operation, self._run_resume(operation))
+        self._spawn(operation, lambda: self._run_resume(operation))
         return operation
 
     def start_checkpoint(self, reason: str = "") -> Operation:
         operation = self._claim(OperationKind.CHECKPOINT, reason)
-        self._spawn(operation, self._run_checkpoint(operation))
+        self._spawn(operation, lambda: self._run_checkpoint(operation))
         return operation
 
     def acknowledge(self) -> None:

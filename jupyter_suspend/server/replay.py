@@ -260,8 +260,10 @@ def read_cold_start(past: ReplayResult, backend: Backend) -> ColdStart | None:
     if last_state is None or last is None:
         return None
     verdict = backend.interpret_cold_start(last_state, last)
-    state = verdict.state
+    state, message, next_step = verdict.state, verdict.message, verdict.next_step
     if state in (State.SUSPENDED, State.FAILED) and past.resume_plan is None:
-        state = State.RUNNING  # nothing recorded to resume from: the honest state is running
-    message = wording.server_restarted(backend.capabilities, verdict.message)
-    return ColdStart(state, verdict.restore, message, verdict.next_step, last_state, last)
+        # Nothing recorded to resume from: the honest state is running.
+        state, next_step = State.RUNNING, ""
+        message = wording.nothing_to_resume(last_state, str(last.get("time", "an unknown time")))
+    message = wording.server_restarted(backend.capabilities, message)
+    return ColdStart(state, verdict.restore, message, next_step, last_state, last)

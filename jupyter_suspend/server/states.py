@@ -33,19 +33,25 @@ class State(str, enum.Enum):
 STEADY_STATES = frozenset({State.RUNNING, State.READY})
 
 #: Only these transitions are legal; anything else is a bug and raises.
+#: Every edge is taken by some path of the code (tests/test_state_machine.py
+#: walks them all); docs/architecture.md draws this table.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.RUNNING: frozenset({State.FLUSHING}),
     State.READY: frozenset({State.FLUSHING}),
-    # A failed flush aborts: back to running, nothing released.
-    State.FLUSHING: frozenset({State.SNAPSHOTTING, State.RUNNING, State.FAILED}),
+    # A failed flush (or anything that goes wrong before the release) aborts:
+    # back to running, nothing released.
+    State.FLUSHING: frozenset({State.SNAPSHOTTING, State.RUNNING}),
     # SNAPSHOTTING -> RESTORING: a backend whose server process is frozen with
-    # the pod (GKE) continues here after a live restore.
+    # the pod (GKE) continues here after a live restore; -> RUNNING: the
+    # backend refused before releasing anything.
     State.SNAPSHOTTING: frozenset({State.SUSPENDED, State.RESTORING, State.RUNNING, State.FAILED}),
-    State.SUSPENDED: frozenset({State.RESTORING, State.WAITING_FOR_CAPACITY}),
-    State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.SUSPENDED, State.FAILED}),
+    # A resume always starts by restoring; the backend may then ask to wait.
+    State.SUSPENDED: frozenset({State.RESTORING}),
+    State.WAITING_FOR_CAPACITY: frozenset({State.RESTORING, State.FAILED}),
     State.RESTORING: frozenset({State.READY, State.WAITING_FOR_CAPACITY, State.FAILED}),
-    # From failed: retry the restore, or acknowledge and carry on working.
-    State.FAILED: frozenset({State.RESTORING, State.WAITING_FOR_CAPACITY, State.RUNNING, State.FLUSHING}),
+    # From failed: retry the restore, acknowledge and carry on working, or
+    # (with nothing left to resume) suspend again.
+    State.FAILED: frozenset({State.RESTORING, State.RUNNING, State.FLUSHING}),
 }
 
 

@@ -77,7 +77,9 @@ def suspended(caps: Capabilities, outcome: Suspended | None = None) -> str:
     done = []
     if caps.releases_node:
         done.append("node released")
-    if caps.releases_kernel_memory:
+    if caps.keeps_live_memory:
+        done.append("kernels frozen in the snapshot")
+    elif caps.releases_kernel_memory:
         still = (outcome.resume_plan.get("still_running_pids") if outcome else None) or []
         if still:
             done.append(f"kernels stopped, {len(still)} process(es) still holding memory")
@@ -225,6 +227,10 @@ def cold_start(caps: Capabilities, last_state: State, state: State, when: str) -
             next_step = f"Resume retries {restore_step(caps)}; acknowledge to carry on without them."
         return f"The previous server recorded a failure at {when}.", next_step
     return "", ""
+
+
+def nothing_to_resume(last_state: State, when: str) -> str:
+    return f"The previous server recorded {last_state.value} at {when}; nothing was left to resume."
 
 
 def server_restarted(caps: Capabilities, message: str) -> str:
