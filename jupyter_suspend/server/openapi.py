@@ -111,6 +111,19 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             },
         }
     },
+    "checkpoint-record": {
+        "post": {
+            "summary": "Record a checkpoint a kernel wrote itself (%checkpoint save) for live-state verification.",
+            "request": "CheckpointRecordRequest",
+            "answers": {
+                "200": ("The record was kept (journaled as 'checkpointed').", "CheckpointRecorded"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "404": ("The kernel is not running on this server.", "ErrorAnswer"),
+                "409": ("The canary is not the kernel's own process.", "ErrorAnswer"),
+            },
+        }
+    },
     "openapi.json": {
         "get": {
             "summary": "This document.",
