@@ -5,7 +5,7 @@ import {
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { IConsoleTracker } from '@jupyterlab/console';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
@@ -16,6 +16,7 @@ import { api } from './api';
 import { CommandRefresher, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
+import { KernelStartHold } from './kernelhold';
 import { ColdStartNotifier } from './notify';
 import { ResumeReconnector } from './reconnect';
 import { SuspendStatusItem } from './statusbar';
@@ -102,6 +103,26 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
       services: app.serviceManager,
       widgets: [tracker, consoles]
     });
+    // A notebook opened while suspended gets no kernel of its own: held at
+    // its creation, before its session context starts one.
+    const hold = new KernelStartHold({
+      model,
+      sessions: app.serviceManager.sessions,
+      commands: app.commands,
+      trans
+    });
+    const notebookFactory = app.docRegistry.getWidgetFactory('Notebook');
+    if (notebookFactory) {
+      notebookFactory.widgetCreated.connect((_, widget) => {
+        if (widget instanceof NotebookPanel) {
+          hold.hold(widget.sessionContext);
+        }
+      });
+    } else {
+      tracker?.widgetAdded.connect((_, panel) =>
+        hold.hold(panel.sessionContext)
+      );
+    }
     const notifier = new ColdStartNotifier({
       commands: app.commands,
       trans,
