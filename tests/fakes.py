@@ -35,7 +35,7 @@ from jupyter_suspend.server.backends.base import (
 )
 from jupyter_suspend.server.backends.local import LocalBackend
 from jupyter_suspend.server.environment import KernelRecord, KernelReply, ReplyOutcome
-from jupyter_suspend.server.journal import Journal
+from jupyter_suspend.server.journal import Journal, JournalWriteError
 from jupyter_suspend.server.lifecycle import Lifecycle, LifecycleSettings
 from jupyter_suspend.server.states import RestoreKind, State
 
@@ -281,13 +281,16 @@ async def never(ctx: Any) -> Any:
 
 # -- the lifecycle over the fakes ------------------------------------------------------------
 def make_lifecycle(
-    state_dir: Path, environment: FakeEnvironment | None = None, backend: FakeBackend | None = None
+    state_dir: Path,
+    environment: FakeEnvironment | None = None,
+    backend: FakeBackend | None = None,
+    journal: Journal | None = None,
 ) -> Lifecycle:
     """A recovered Lifecycle over the fakes and a real journal in ``state_dir``."""
     lifecycle = Lifecycle(
         backend=backend or FakeBackend(),
         environment=environment or FakeEnvironment(),
-        journal=Journal(state_dir),
+        journal=journal or Journal(state_dir),
         settings=LifecycleSettings(
             checkpoint_dir=state_dir / "checkpoints", flush_kernel_timeout=1.0, capacity_max_wait=0.5
         ),
@@ -310,3 +313,18 @@ async def reach(lifecycle: Lifecycle, state: State, timeout: float = 5.0) -> Non
     while lifecycle.state != state:
         assert time.monotonic() < deadline, f"still {lifecycle.state.value}, never {state.value}"
         await asyncio.sleep(0.001)
+
+
+class FaultyJournal(Journal):
+    """A real journal whose appends fail (as on a full disk) while ``fault`` is set."""
+
+    def __init__(self, directory: Path, **kwargs: Any):
+        super().__init__(directory, **kwargs)
+        self.fault: str | None = None
+        #: fail only appends of these kinds (None: every append)
+        self.fault_kinds: set[str] | None = None
+
+    def append(self, kind: str, **data: Any) -> dict[str, Any]:
+        if self.fault is not None and (self.fault_kinds is None or kind in self.fault_kinds):
+            raise JournalWriteError(28, self.fault)
+        return super().append(kind, **data)

@@ -29,7 +29,7 @@ from . import wording
 from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive, Suspended
 from .environment import Environment, KernelRecord
 from .flush import KernelFlush, flush, reload_application_checkpoints
-from .journal import Journal
+from .journal import Journal, JournalWriteError
 from .live_state import LiveStateRecords, VerifyError
 from .replay import EntryKind, read_cold_start, replay, restore_report
 from .states import (
@@ -40,6 +40,7 @@ from .states import (
     Failure,
     FlushFailed,
     IllegalState,
+    JournalUnavailable,
     Operation,
     OperationInProgress,
     OperationKind,
@@ -113,8 +114,11 @@ class Lifecycle:
             self.state, self.restore, self.message = cold.state, cold.restore, cold.message
             self.failure = Failure(cold.message, cold.next_step) if cold.state == State.FAILED else None
             self.cold_start = cold.to_dict() if cold.message else None
-            self._journal(
-                EntryKind.RECOVERED,
+        # Resumed, acknowledged or never suspended: nothing waits to be resumed.
+        self._resume_plan = past.resume_plan if self.state in (State.SUSPENDED, State.FAILED) else None
+        if cold is not None:
+            self.journal.append(
+                EntryKind.RECOVERED.value,
                 to=self.state.value,
                 previous_state=cold.previous_state.value,
                 previous_boot_id=cold.previous.get("boot_id"),
@@ -122,9 +126,7 @@ class Lifecycle:
                 restore=self.restore.value if self.restore else None,
                 operation_id=self._cycle_id,
             )
-        # Resumed, acknowledged or never suspended: nothing waits to be resumed.
-        self._resume_plan = past.resume_plan if self.state in (State.SUSPENDED, State.FAILED) else None
-        self._journal(EntryKind.SERVER_STARTED, backend=self.backend.name, state=self.state.value)
+        self.journal.append(EntryKind.SERVER_STARTED.value, backend=self.backend.name, state=self.state.value)
 
     async def stop(self) -> None:
         task = self._task
@@ -134,7 +136,11 @@ class Lifecycle:
                 await task
 
     # -- state machine ------------------------------------------------------
-    def _transition(self, new: State, operation: Operation | None, message: str = "", **detail: Any) -> None:
+    def _transition(
+        self, new: State, operation: Operation | None, message: str = "", *, must: bool = False, **detail: Any
+    ) -> None:
+        """Journal the move, then make it. ``must``: a way back (abort, fail) that
+        happens even when the journal cannot record it."""
         if new not in TRANSITIONS[self.state]:
             raise RuntimeError(f"illegal transition {self.state.value} -> {new.value}")
         previous = self.state
@@ -143,6 +149,7 @@ class Lifecycle:
         # Journal first: a write that fails leaves the state as it was.
         self._journal(
             EntryKind.TRANSITION,
+            must=must,
             to=new.value,
             **{"from": previous.value},
             operation_id=operation.id if operation else None,
@@ -153,41 +160,25 @@ class Lifecycle:
             **detail,
         )
         self.state, self.since, self.message, self.failure, self.restore = new, time.time(), message, failure, restore
-        self._emit(self._event(previous, operation))
-
-    def _event(self, previous: State, operation: Operation | None, **extra: Any) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "state": self.state.value,
-            "previous_state": previous.value,
-            "message": self.message,
-            "backend": self.backend.name,
-        }
-        if operation is not None:
-            data["operation_id"] = operation.id
-            data["operation_kind"] = operation.kind.value
-        if self.restore is not None:
-            data["restore"] = self.restore.value
-        if self.failure is not None:
-            data["reason"] = self.failure.reason
-            data["next_step"] = self.failure.next_step
-        return {**data, **extra}
+        self._emit(status_mod.event(self, previous, operation))
 
     def _fail(self, operation: Operation, reason: str, next_step: str) -> None:
         self.failure = Failure(reason, next_step)
-        self._transition(State.FAILED, operation, reason)
+        self._transition(State.FAILED, operation, reason, must=True)
         self._finish(operation, Outcome.FAILED, reason)
 
     def _finish(self, operation: Operation, outcome: Outcome, message: str = "") -> None:
-        operation.finish(outcome, message)
+        operation.finish(outcome, message)  # first: whatever the journal does, nothing stays claimed
         self._journal(
             EntryKind.OPERATION_FINISHED,
+            must=True,
             operation_id=operation.id,
             operation_kind=operation.kind.value,
             outcome=outcome.value,
             message=message,
             steps=[s.to_dict() for s in operation.steps],
         )
-        self._emit({**self._event(self.state, operation, outcome=outcome.value), "message": message})
+        self._emit(status_mod.event(self, self.state, operation, outcome=outcome.value, message=message))
 
     def decide(self, action: Action) -> Decision:
         """May ``action`` start now? (the rule both ``_claim`` and ``status()`` use)"""
@@ -221,8 +212,19 @@ class Lifecycle:
         self.operation = operation
         return operation
 
-    def _journal(self, kind: EntryKind, **data: Any) -> dict[str, Any]:
-        return self.journal.append(kind.value, **data)
+    def _journal(self, kind: EntryKind, must: bool = False, **data: Any) -> dict[str, Any]:
+        """Append an entry; a write that fails raises JournalUnavailable (a 409 that
+        says why), or with ``must`` is logged and the caller carries on."""
+        try:
+            return self.journal.append(kind.value, **data)
+        except JournalWriteError as exc:
+            self.log.error("jupyter-suspend: %s not journaled: %s", kind.value, exc)
+            if must:
+                return {"kind": kind.value, **data}
+            reason = wording.journal_failed(exc)
+            if self.state != State.FAILED:  # a failure already shown keeps its own words
+                self.failure = Failure(reason, wording.JOURNAL_NEXT_STEP)
+            raise JournalUnavailable(reason, state=self.state) from exc
 
     def _spawn(self, operation: Operation, script: Callable[[], Awaitable[None]]) -> None:
         self._task = asyncio.ensure_future(self._run(operation, script))
@@ -234,9 +236,15 @@ class Lifecycle:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.log.exception("jupyter-suspend: %s crashed", operation.kind.value)
+            if isinstance(exc, JournalUnavailable):
+                reason = f"{operation.kind.value} stopped: {exc}"
+            else:
+                self.log.exception("jupyter-suspend: %s crashed", operation.kind.value)
+                reason = f"internal error during {operation.kind.value}: {exc}"
             if operation.in_progress:
-                self._crashed(operation, f"internal error during {operation.kind.value}: {exc}")
+                self._crashed(operation, reason)
+            if isinstance(exc, JournalUnavailable) and self.state != State.FAILED:
+                self.failure = Failure(reason, wording.JOURNAL_NEXT_STEP)  # the state says nothing of it
 
     def _crashed(self, operation: Operation, reason: str) -> None:
         if self.state == State.FLUSHING:  # nothing released yet: back to work
@@ -295,6 +303,7 @@ class Lifecycle:
         )
         self._journal(
             EntryKind.VERIFIED,
+            must=True,
             kernel_id=kernel_id,
             verdict=result["verdict"],
             names=list(names or []),
@@ -422,7 +431,7 @@ class Lifecycle:
 
     def _abort(self, operation: Operation, exc: FlushFailed) -> None:
         message = wording.abort(exc.reason)
-        self._transition(State.RUNNING, operation, message, aborted_step=exc.step)
+        self._transition(State.RUNNING, operation, message, must=True, aborted_step=exc.step)
         self._resume_plan = None
         self._finish(operation, Outcome.ABORTED, message)
 

@@ -164,6 +164,10 @@ class OperationInProgress(IllegalState):
     """Another suspend, resume or checkpoint is running."""
 
 
+class JournalUnavailable(IllegalState):
+    """The journal cannot record this step: nothing starts or moves on unrecorded."""
+
+
 class FlushFailed(Exception):
     """A flush step failed: the suspend must be aborted, nothing released."""
 

@@ -1,4 +1,4 @@
-"""``GET status``: the lifecycle's state as the REST API and the plugin read it.
+"""``GET status`` and the lifecycle events: the state as the REST API, the event bus and the plugin read it.
 
 Every ``can_*`` comes from :func:`~jupyter_suspend.server.states.allowed`,
 the same rule the operations are claimed by, so the plugin never re-derives
@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .journal import BOOT_ID, utc_iso
-from .states import Action, State
+from .states import Action, Operation, State
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle
@@ -28,7 +28,8 @@ def status(lifecycle: Lifecycle) -> dict[str, Any]:
         "seconds_in_state": round(now - lifecycle.since, 3),
         "message": lifecycle.message,
         "restore": lifecycle.restore.value if state == State.READY and lifecycle.restore else None,
-        "failure": lifecycle.failure.to_dict() if state == State.FAILED and lifecycle.failure else None,
+        # Failed: why and what next. Otherwise a journal fault that stopped the last call.
+        "failure": lifecycle.failure.to_dict() if lifecycle.failure else None,
         "operation": operation.to_dict() if operation else None,
         "backend": lifecycle.backend.describe(),
         "last_activity": utc_iso(last_activity) if last_activity else None,
@@ -42,3 +43,22 @@ def status(lifecycle: Lifecycle) -> dict[str, Any]:
         "server": {"boot_id": BOOT_ID},
         "journal": {"path": str(lifecycle.journal.path), "problems": lifecycle.journal_problems},
     }
+
+
+def event(lifecycle: Lifecycle, previous: State, operation: Operation | None, **extra: Any) -> dict[str, Any]:
+    """A lifecycle event (schema ``lifecycle-event.json``): a transition, or an operation's end."""
+    data: dict[str, Any] = {
+        "state": lifecycle.state.value,
+        "previous_state": previous.value,
+        "message": lifecycle.message,
+        "backend": lifecycle.backend.name,
+    }
+    if operation is not None:
+        data["operation_id"] = operation.id
+        data["operation_kind"] = operation.kind.value
+    if lifecycle.restore is not None:
+        data["restore"] = lifecycle.restore.value
+    if lifecycle.failure is not None:
+        data["reason"] = lifecycle.failure.reason
+        data["next_step"] = lifecycle.failure.next_step
+    return {**data, **extra}

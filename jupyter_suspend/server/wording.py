@@ -26,6 +26,13 @@ ACKNOWLEDGED = "failure acknowledged by the user"
 CAPACITY_BACK = "capacity available; restarting"
 
 
+JOURNAL_NEXT_STEP = "Free disk space or fix the permissions of the state directory, then try again."
+
+
+def journal_failed(error: Exception) -> str:
+    return f"the journal cannot be written: {error}"
+
+
 def gpu_not_measured(reason: str) -> str:
     return f"GPU memory is not measured here ({reason})."
 
