@@ -16,6 +16,7 @@ import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_suspend.server.jupyter_environment import own_client
+from jupyter_suspend.server.openapi import check_answer
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -81,11 +82,15 @@ class SuspendClient:
         if method == "POST":
             kwargs["body"] = raw if raw is not None else json.dumps(body if body is not None else {})
         try:
-            return await self.fetch(API, endpoint, **kwargs)
+            response = await self.fetch(API, endpoint, **kwargs)
         except HTTPClientError as exc:
             if exc.response is None:  # a timeout, not an HTTP answer
                 raise
-            return exc.response
+            response = exc.response
+        # Every answer is held to the API contract: the schema the OpenAPI
+        # document gives this path, method and status.
+        check_answer(method, endpoint, response.code, response.body)
+        return response
 
     async def json(self, method: str, endpoint: str, body: Any = None, expect: int = 200) -> dict[str, Any]:
         response = await self.call(method, endpoint, body)

@@ -20,6 +20,9 @@ from typing import Any
 import psutil
 from jupyter_client import BlockingKernelClient
 
+from jupyter_suspend.common.api import API_PREFIX
+from jupyter_suspend.server.openapi import check_answer
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -133,9 +136,12 @@ class ServerProcess:
         )
         try:
             with urllib.request.urlopen(req, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"null")
+                code, answer = response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+            code, answer = exc.code, json.loads(exc.read() or b"null")
+        if path.startswith(f"{API_PREFIX}/"):  # held to the API contract (see openapi.check_answer)
+            check_answer(method, path[len(API_PREFIX) + 1 :], code, answer)
+        return code, answer
 
     def api(self, method: str, endpoint: str, body: Any = None, expect: int = 200) -> Any:
         code, data = self.request(method, f"jupyter-suspend/api/{endpoint}", body)
