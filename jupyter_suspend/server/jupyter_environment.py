@@ -132,9 +132,7 @@ class JupyterServerEnvironment:
 
     async def kernels(self) -> list[KernelRecord]:
         """Every running kernel, with its session when it has one."""
-        by_kernel: dict[str, dict[str, Any]] = {}
-        for session in await ensure_async(self.session_manager.list_sessions()):
-            by_kernel[session["kernel"]["id"]] = session
+        by_kernel = await self._sessions_by_kernel()
         records = []
         for kernel_id in list(self.kernel_manager.list_kernel_ids()):
             try:
@@ -157,6 +155,24 @@ class JupyterServerEnvironment:
                 )
             )
         return records
+
+    async def _sessions_by_kernel(self) -> dict[str, dict[str, Any]]:
+        """kernel id -> its session (id, path, name, type)."""
+        try:
+            sessions = await ensure_async(self.session_manager.list_sessions())
+            return {s["kernel"]["id"]: s for s in sessions}
+        except Exception:  # noqa: BLE001 - a kernel still starting has no model yet (no last_activity)
+            # The session table itself names every session's kernel.
+            rows = self.session_manager.cursor.execute("SELECT session_id, path, name, type, kernel_id FROM session")
+            return {
+                row["kernel_id"]: {
+                    "id": row["session_id"],
+                    "path": row["path"],
+                    "name": row["name"],
+                    "type": row["type"],
+                }
+                for row in rows.fetchall()
+            }
 
     async def stop_kernel(self, record: KernelRecord) -> None:
         """Shut a kernel down; its session row goes with it, and so do the
@@ -205,18 +221,27 @@ class JupyterServerEnvironment:
         await ensure_async(self.kernel_manager.restart_kernel(kernel_id))
 
     async def wait_kernel_ready(self, kernel_id: str, timeout: float) -> float:
-        """Wait until the kernel answers ``kernel_info``: a cell can run now."""
+        """Wait until the kernel answers ``kernel_info`` on its shell channel: a
+        cell can run now. Ends at ``timeout`` (TimeoutError) whatever the kernel
+        sends meanwhile (jupyter_client's ``wait_for_ready`` also waits for 0.2 s
+        of silence on IOPub, which output streaming to any client never gives)."""
+        deadline = time.monotonic() + timeout
         km = self.kernel_manager.get_kernel(kernel_id)
         ready = getattr(km, "ready", None)
         if ready is not None:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
         client = own_client(km)
-        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
         try:
-            await client.wait_for_ready(timeout=timeout)
+            while True:
+                # Ask again every second: a request sent before the kernel listened is lost.
+                attempt_ends = min(deadline, time.monotonic() + 1.0)
+                if await self._await_reply(client, client.kernel_info(), attempt_ends) is not None:
+                    return time.time()
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"kernel {kernel_id} did not answer kernel_info within {timeout:g}s")
         finally:
             client.stop_channels()
-        return time.time()
 
     # -- files ----------------------------------------------------------------
     def os_path(self, api_path: str) -> str | None:
