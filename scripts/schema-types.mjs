@@ -4,7 +4,7 @@
  * `jupyter_suspend/common/schemas/` (the same ones the server validates
  * requests with and the tests validate answers with).
  *
- *   node scripts/schema-types.mjs          write src/_generated/api.d.ts
+ *   node scripts/schema-types.mjs          write src/_generated/schemas.d.ts
  *   node scripts/schema-types.mjs --check  exit 1 if the committed file is stale
  *
  * Every schema file and every entry of its `$defs` becomes one named type,
@@ -14,6 +14,7 @@
  */
 import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import process from 'node:process';
 import { fileURLToPath } from 'node:url';
 
 import { compile } from 'json-schema-to-typescript';
@@ -21,7 +22,7 @@ import prettier from 'prettier';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const schemaDir = join(root, 'jupyter_suspend', 'common', 'schemas');
-const output = join(root, 'src', '_generated', 'api.d.ts');
+const output = join(root, 'src', '_generated', 'schemas.d.ts');
 const DROP = new Set(['$schema', '$id', '$defs', 'version', 'personal-data']);
 /** Keywords that say what a value is; a schema with none of them allows any JSON. */
 const ANY = ['$ref', 'type', 'enum', 'const', 'oneOf', 'anyOf', 'allOf'];
@@ -33,9 +34,7 @@ const pascal = name =>
     .map(part => part[0].toUpperCase() + part.slice(1))
     .join('');
 const typeName = title =>
-  typeof title === 'string' && /^[A-Z][A-Za-z0-9]*$/.test(title)
-    ? title
-    : null;
+  typeof title === 'string' && /^[A-Z][A-Za-z0-9]*$/.test(title) ? title : null;
 
 /** All schema files bundled into one schema whose `$defs` are the named types. */
 export function bundle() {
@@ -57,7 +56,13 @@ export function bundle() {
     }
   }
   const MAPS = ['properties', 'patternProperties', '$defs'];
-  const ONE = ['items', 'additionalProperties', 'propertyNames', 'not', 'contains'];
+  const ONE = [
+    'items',
+    'additionalProperties',
+    'propertyNames',
+    'not',
+    'contains'
+  ];
   const MANY = ['oneOf', 'anyOf', 'allOf', 'prefixItems'];
   const rewrite = (schema, file) => {
     if (schema === null || typeof schema !== 'object') {

@@ -1,15 +1,9 @@
 /** Typed calls of the REST API v1 (`{base_url}jupyter-suspend/api/`). */
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { ErrorAnswer } from './_generated/schemas';
 import { requestAPI } from './request';
-import type {
-  IPreflight,
-  IStarted,
-  IStatus,
-  ITimeline,
-  OperationKind,
-  State
-} from './tokens';
+import type { IPreflight, IStarted, IStatus, ITimeline } from './tokens';
 
 function post<T>(endPoint: string, body: object = {}): Promise<T> {
   return requestAPI<T>(endPoint, {
@@ -32,12 +26,8 @@ export const api = {
   acknowledge: (): Promise<IStatus> => post<IStatus>('acknowledge')
 };
 
-/** What a 409 answer says: the state and the operation in the way. */
-export interface IConflict {
-  message: string;
-  state?: State;
-  operation?: { id: string; kind: OperationKind };
-}
+/** What a 4xx answer says; a 409 adds the state and the operation in the way. */
+export type IConflict = ErrorAnswer;
 
 /** The server's message of a failed call, for the user. */
 export function errorMessage(reason: unknown): string {

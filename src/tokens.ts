@@ -1,6 +1,8 @@
 import { Token } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
+import type * as api from './_generated/schemas';
+
 /** The id of the main plugin; its settings live in `schema/plugin.json`. */
 export const PLUGIN_ID = 'jupyter-suspend:plugin';
 
@@ -32,16 +34,15 @@ export namespace CommandIDs {
   export const loadCheckpoints = 'jupyter-suspend:restore-checkpoints';
 }
 
+/*
+ * The server's answers, as the schemas in jupyter_suspend/common/schemas/
+ * define them: the types are generated from those schemas
+ * (src/_generated/schemas.d.ts, `jlpm build:schema-types`) and the jest contract
+ * test holds the recorded answers to the same schemas.
+ */
+
 /** Lifecycle states, spelled exactly as the server spells them. */
-export type State =
-  | 'running'
-  | 'flushing'
-  | 'snapshotting'
-  | 'suspended'
-  | 'waiting_for_capacity'
-  | 'restoring'
-  | 'ready'
-  | 'failed';
+export type State = api.State;
 
 export const STATES: ReadonlyArray<State> = [
   'running',
@@ -54,209 +55,70 @@ export const STATES: ReadonlyArray<State> = [
   'failed'
 ];
 
-export type RestoreKind = 'live' | 'cold';
-export type OperationKind = 'suspend' | 'resume' | 'checkpoint';
-export type Outcome = 'succeeded' | 'aborted' | 'failed';
+/** `T` with the properties `K` optional (fields newer than some servers). */
+type Optional<T, K extends keyof T> = {
+  [P in keyof T as P extends K ? never : P]: T[P];
+} & { [P in K]?: T[P] };
+
+export type RestoreKind = api.RestoreKind;
+export type OperationKind = api.OperationKind;
+export type Outcome = api.Outcome;
 
 /** One step of an operation (`operation.steps[]` of GET status). */
-export interface IStep {
-  name: string;
-  status: 'running' | 'ok' | 'failed' | 'skipped' | string;
-  message: string;
-  started: string;
-  finished: string | null;
-  detail: { [key: string]: unknown };
-}
+export type IStep = api.Step;
 
 /** The current or last operation. */
-export interface IOperation {
-  id: string;
-  kind: OperationKind;
-  reason: string;
-  in_progress: boolean;
-  started: string;
-  finished: string | null;
-  outcome: Outcome | null;
-  message: string;
-  steps: IStep[];
-}
+export type IOperation = api.Operation;
 
-export interface IFailure {
-  reason: string;
-  next_step: string;
-}
+export type IFailure = api.Failure;
 
-export interface ICapabilities {
-  keeps_files: boolean;
-  keeps_application_checkpoints: boolean;
-  keeps_live_memory: boolean;
-  keeps_gpu_memory: boolean;
-  releases_kernel_memory: boolean;
-  releases_node: boolean;
-  needs_sidecar: boolean;
-  server_survives_suspend: boolean;
-  resume_from_server: boolean;
-}
+export type ICapabilities = api.Capabilities;
 
 /**
  * The backend's own words for what a suspend keeps, loses and does
  * (`backend.text` of GET status): the UI shows these rather than its own.
  */
-export interface IBackendText {
-  keeps: string[];
-  loses: string[];
-  /** The step that releases the environment ("stopping the kernels"). */
-  release_step: string;
-  /** The step that brings it back ("restarting the recorded sessions"). */
-  restore_step: string;
-  /** What holds while suspended. */
-  while_suspended: string;
-  /** Who or what resumes it. */
-  resume_by: string;
-}
+export type IBackendText = api.BackendText;
 
-export interface IBackend {
-  name: string;
-  capabilities: ICapabilities;
-  /** Absent from servers older than the field (see `backendText`). */
-  text?: IBackendText;
-  [key: string]: unknown;
-}
+/** `text` is absent from servers older than it (the plugin falls back to its own words). */
+export type IBackend = Optional<api.Backend, 'text'>;
 
-export interface IColdStart {
-  previous_state: State;
-  previous_time: string | null;
-  message: string;
-  next_step: string;
-}
+export type IColdStart = api.ColdStart;
 
 /** Per kernel: what `POST resume` put back (`last_restore.checkpoints_restored`). */
-export interface IRestoredCheckpoints {
-  path: string | null;
-  outcome: string;
-  message: string;
-  restored: string[];
-  missing: string[];
-}
+export type IRestoredCheckpoints = api.RestoredCheckpoints;
 
-export interface ILastRestore {
-  operation_id: string | null;
-  cycle_id: string | null;
-  restore: RestoreKind | null;
-  time: string | null;
-  first_cell_runnable_at: string | null;
-  kernels: { kernel_id: string; path: string | null; error: string | null }[];
-  checkpoints_restored: { [kernelId: string]: IRestoredCheckpoints };
-  checkpoints_restored_count: number;
-  verification: unknown;
-}
+export type ILastRestore = api.LastRestore;
 
-/** `GET jupyter-suspend/api/status`. */
-export interface IStatus {
-  state: State;
-  since: string;
-  message: string;
-  restore: RestoreKind | null;
-  failure: IFailure | null;
-  operation: IOperation | null;
-  backend: IBackend;
-  last_activity: string | null;
-  idle_seconds: number | null;
-  /** Seconds since the state was entered (server clock). */
-  seconds_in_state?: number;
-  can_suspend: boolean;
-  can_resume: boolean;
-  /** Absent from older servers (see `allowedActions`). */
-  can_checkpoint?: boolean;
-  /** Absent from older servers (see `allowedActions`). */
-  can_acknowledge?: boolean;
-  cold_start: IColdStart | null;
-  last_restore: ILastRestore | null;
-  server?: { boot_id: string };
-}
+/**
+ * `GET jupyter-suspend/api/status`. `can_checkpoint`, `can_acknowledge` and
+ * `backend.text` are absent from servers older than them (the plugin falls back).
+ */
+export type IStatus = Optional<
+  Omit<api.Status, 'backend'>,
+  'can_checkpoint' | 'can_acknowledge'
+> & { backend: IBackend };
 
 /** One kernel in the dry-run preflight. */
-export interface IPreflightKernel {
-  kernel_id: string;
-  kernel_name: string;
-  path: string | null;
-  session_id: string | null;
-  execution_state: string;
-  helper: 'loaded' | 'error' | 'absent' | 'busy' | 'not_running' | string;
-  helper_message: string;
-  registered: string[];
-  keeps: string[];
-  loses: string[];
-}
+export type IPreflightKernel = api.PreflightKernel;
 
 /** `POST suspend {"dry_run": true}`. */
-export interface IPreflight {
-  state: State;
-  backend: IBackend;
-  keeps: {
-    files: boolean;
-    application_checkpoints: boolean;
-    live_memory: boolean;
-    gpu_memory: boolean;
-  };
-  releases: { kernel_memory: boolean; node: boolean };
-  kernels: IPreflightKernel[];
-  notes: string[];
-  would_abort: string[];
-  can_suspend: boolean;
-}
+export type IPreflight = Omit<api.Preflight, 'backend'> & { backend: IBackend };
 
 /** The answer of a POST that started an operation (202). */
-export interface IStarted {
-  operation: IOperation;
-  status: IStatus;
-}
+export type IStarted = api.OperationStarted;
 
 /** One suspend/resume cycle of `GET timeline`. */
-export interface ICycle {
-  id: string;
-  reason: string;
-  outcome: 'in_progress' | 'suspended' | 'resumed' | 'aborted' | 'failed';
-  restore: RestoreKind | null;
-  kernels: number;
-  backend?: string | null;
-  notes: string[];
-  times: { [mark: string]: string | null };
-  durations: { [name: string]: number | null };
-  released_totals: {
-    kernel_memory_gib_hours: number;
-    gpu_memory_gib_hours: number;
-    gpu_hours: number;
-    ongoing: boolean;
-  };
-  checkpoints_restored?: { [kernelId: string]: IRestoredCheckpoints } | null;
-}
+export type ICycle = api.Cycle;
 
-export interface ITimeline {
-  cycles: ICycle[];
-  totals: {
-    cycles: number;
-    resumed: number;
-    aborted: number;
-    gpu_hours_released: number;
-    kernel_memory_gib_hours_released: number;
-  };
-}
+/** `GET jupyter-suspend/api/timeline`. */
+export type ITimeline = api.Timeline;
 
 /** A lifecycle event as it reaches the browser on `/api/events/subscribe`. */
-export interface ILifecycleEvent {
+export type ILifecycleEvent = api.LifecycleEvent & {
+  /** Added by jupyter_events: `EVENT_SCHEMA_ID`. */
   schema_id: string;
-  state: State;
-  previous_state: State;
-  message?: string;
-  backend: string;
-  operation_id?: string;
-  operation_kind?: OperationKind;
-  outcome?: Outcome;
-  restore?: RestoreKind;
-  reason?: string;
-  next_step?: string;
-}
+};
 
 /** The verdict `%verify_live_state` publishes. */
 export type VerdictKind = 'LIVE' | 'COLD' | 'MISMATCH';

@@ -4,7 +4,7 @@
  * answer in `fixtures.json` and every variant `fixtures.ts` builds from them
  * validates against the JSON schemas in `jupyter_suspend/common/schemas/`
  * (the ones the Python tests hold every server answer to), and the types in
- * `src/_generated/api.d.ts` are what those schemas generate now.
+ * `src/_generated/schemas.d.ts` are what those schemas generate now.
  */
 import Ajv2020, { ValidateFunction } from 'ajv/dist/2020';
 import { execFileSync } from 'child_process';
@@ -138,7 +138,7 @@ describe('the API contract', () => {
     expectValid('preflight.json', preflight());
     expectValid('operation.json', startedSuspend());
     expectValid('timeline.json', timeline());
-    for (const status of ['running', 'ok', 'failed', 'skipped']) {
+    for (const status of ['running', 'ok', 'failed', 'skipped'] as const) {
       expectValid('operation.json#/$defs/step', step('flush.kernels', status));
     }
     for (const kind of ['suspend', 'resume', 'checkpoint'] as const) {
@@ -147,6 +147,13 @@ describe('the API contract', () => {
         operation(kind, [step('restore', 'ok')], false)
       );
     }
+  });
+
+  it('lists the states the schema lists', () => {
+    const status = JSON.parse(
+      fs.readFileSync(path.join(SCHEMAS, 'status.json'), 'utf8')
+    );
+    expect([...STATES]).toEqual(status.$defs.state.enum);
   });
 
   it('rejects an answer that drifted from its schema', () => {
@@ -160,7 +167,7 @@ describe('the API contract', () => {
     expect(messages).toContain('must NOT have additional properties');
   });
 
-  it('generates src/_generated/api.d.ts from the schemas as committed', () => {
+  it('generates src/_generated/schemas.d.ts from the schemas as committed', () => {
     // Exits 1 (and execFileSync throws) when the committed file is stale.
     const run = (): Buffer =>
       execFileSync(

@@ -384,7 +384,15 @@ describe('describeCycle', () => {
     const cycle = timeline().cycles[0];
     cycle.outcome = 'aborted';
     cycle.restore = null;
-    cycle.durations = { flush: 2.5, suspend: null };
+    cycle.durations = {
+      idle_before_suspend: null,
+      flush: 2.5,
+      suspend: null,
+      release: null,
+      suspended: null,
+      waiting_for_capacity: null,
+      resume_to_runnable: null
+    };
     cycle.notes = ['suspend aborted, nothing was released: busy'];
     const lines = describeCycle(cycle, trans);
     expect(lines[0]).toBe('Last cycle: aborted — fixture');

@@ -93,7 +93,11 @@ export const preflight = (): IPreflight => {
 export const startedSuspend = (): IStarted => copy(recorded.started_suspend);
 export const timeline = (): ITimeline => copy(recorded.timeline);
 
-export function step(name: string, status = 'running', message = ''): IStep {
+export function step(
+  name: string,
+  status: IStep['status'] = 'running',
+  message = ''
+): IStep {
   return {
     name,
     status,

@@ -310,7 +310,7 @@ export interface LastRestore {
   time: StatusTimestamp | null;
   first_cell_runnable_at: StatusTimestamp | null;
   kernels: {
-    kernel_id: string | null;
+    kernel_id: string;
     path: string | null;
     error: string | null;
   }[];
