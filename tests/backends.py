@@ -20,7 +20,6 @@ from traitlets import Bool
 
 from jupyter_suspend.server.backends.base import (
     Backend,
-    Capabilities,
     ColdStartVerdict,
     ReleaseContext,
     RestoreContext,
@@ -29,18 +28,12 @@ from jupyter_suspend.server.backends.base import (
 )
 from jupyter_suspend.server.states import RestoreFailed, RestoreKind, State
 
+from .fakes import GKE_LIKE
+
 
 class SnapshotLikeBackend(Backend):
     name = "snapshot-like"
-    capabilities = Capabilities(
-        keeps_live_memory=True,
-        keeps_gpu_memory=True,
-        releases_kernel_memory=True,
-        releases_node=True,
-        needs_sidecar=True,
-        server_survives_suspend=False,
-        resume_from_server=False,
-    )
+    capabilities = GKE_LIKE
     restart_kernels = Bool(False, config=True, help="Come back with new kernel processes (a cold restore).")
     never_returns = Bool(
         False,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_suspend.server.environment import KernelRecord
 from jupyter_suspend.server.flush import checkpoint_dir_for
-from jupyter_suspend.server.jupyter_environment import KernelRecord
 from jupyter_suspend.server.states import STEADY_STATES, TRANSITIONS, State
 from jupyter_suspend.server.validation import BadRequest, parse_body
 

@@ -226,6 +226,19 @@ class Lifecycle:
                 self.failure = Failure(reason, wording.JOURNAL_NEXT_STEP)
             raise JournalUnavailable(reason, state=self.state) from exc
 
+    def _recorder(self, operation: Operation) -> Callable[..., None]:
+        """The backend's journal hook for this operation (kinds of its own, never the core's)."""
+
+        def record(kind: str, **fields: Any) -> None:
+            if kind in {k.value for k in EntryKind}:
+                raise ValueError(f"{kind!r} is a core entry kind; prefix the backend's own kinds")
+            try:
+                self.journal.append(kind, operation_id=operation.id, **fields)
+            except JournalWriteError as exc:
+                self.log.error("jupyter-suspend: %s not journaled: %s", kind, exc)
+
+        return record
+
     def _spawn(self, operation: Operation, script: Callable[[], Awaitable[None]]) -> None:
         self._task = asyncio.ensure_future(self._run(operation, script))
 
@@ -400,7 +413,7 @@ class Lifecycle:
         step = operation.step("release")
         try:
             outcome = await self.backend.release(
-                ReleaseContext(operation.id, self.environment, kernels, operation.reason)
+                ReleaseContext(operation.id, self.environment, kernels, operation.reason, self._recorder(operation))
             )
         except FlushFailed as exc:
             step.finish("failed", exc.reason)
@@ -481,7 +494,9 @@ class Lifecycle:
         self._transition(State.RESTORING, operation, wording.resuming(self.backend.capabilities))
         step = operation.step("restore")
         kernel_env = dict(self.settings.kernel_env or {})
-        context = RestoreContext(operation.id, cycle_id, self.environment, self._resume_plan, kernel_env)
+        context = RestoreContext(
+            operation.id, cycle_id, self.environment, self._resume_plan, kernel_env, self._recorder(operation)
+        )
         waited_since: float | None = None
         while True:
             try:

@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .environment import Environment
 
-VERDICTS = ("LIVE", "COLD", "MISMATCH")
-
 #: Process start times are read from /proc in the kernel and through psutil
 #: in the server; both round to clock ticks.
 START_TOLERANCE_SECONDS = 1.0

@@ -17,6 +17,7 @@ Everything the UI says about what a suspend keeps is derived from
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,12 +125,23 @@ class ColdStartVerdict:
     next_step: str = ""
 
 
+#: ``record(kind, **fields)``: journal a fact of the backend's own (``kind``
+#: prefixed with the backend's name, e.g. ``gke_snapshot_requested``) as part of
+#: this operation; a journal that cannot be written is logged, never raised.
+Recorder = Callable[..., None]
+
+
+def _no_record(kind: str, **fields: Any) -> None:
+    return None
+
+
 @dataclass
 class ReleaseContext:
     operation_id: str
     environment: Environment
     kernels: list[KernelRecord]
     reason: str
+    record: Recorder = _no_record
 
 
 @dataclass
@@ -141,6 +153,7 @@ class RestoreContext:
     #: ``{"kernels": [...]}`` (the kernels recorded before the release started).
     resume_plan: dict[str, Any]
     kernel_env: dict[str, str]
+    record: Recorder = _no_record
 
 
 class _BackendMeta(MetaHasTraits, abc.ABCMeta):
