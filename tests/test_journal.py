@@ -305,14 +305,17 @@ def test_rotation_gets_back_under_the_limit_so_appends_stay_cheap(tmp_path: Path
 
 
 def test_rotation_keeps_what_replay_needs(tmp_path: Path) -> None:
-    journal = Journal(tmp_path, max_bytes=8192)
+    from jupyter_suspend.server.replay import PINNED_KINDS
+
+    journal = Journal(tmp_path, max_bytes=8192, pinned_kinds=PINNED_KINDS)
     journal.append("suspend_requested", operation_id="op1", kernels=[])
     journal.append("flushed", operation_id="op1", kernels=[{"kernel_id": "k1", "status": "checkpointed"}])
-    journal.append("released", operation_id="op1", restore_record={"kernels": [{"kernel_id": "k1"}]})
+    journal.append("release_started", operation_id="op1", resume_plan={"kernels": [{"kernel_id": "k1"}]})
+    journal.append("released", operation_id="op1", resume_plan={"kernels": [{"kernel_id": "k1"}]})
     journal.append("transition", to="suspended", operation_id="op1")
     for index in range(500):
         journal.append("verified", kernel_id="k1", verdict="COLD", index=index, padding="y" * 40)
     kinds = [e["kind"] for e in journal.read().entries]
-    for needed in ("suspend_requested", "flushed", "released", "transition"):
+    for needed in ("suspend_requested", "flushed", "release_started", "released", "transition"):
         assert needed in kinds, needed
     assert journal.path.stat().st_size <= 8192 + 200

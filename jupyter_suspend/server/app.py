@@ -17,6 +17,7 @@ from .handlers import handlers
 from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
+from .replay import PINNED_KINDS
 
 #: Where kernels write application checkpoints (read by ``jupyter_suspend.kernel.helper``).
 KERNEL_CHECKPOINT_DIR_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIR"
@@ -91,7 +92,7 @@ class SuspendApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         backend = load_backend_class(self.backend)(parent=self)
-        journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes)
+        journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes, pinned_kinds=PINNED_KINDS)
         self._tell_kernels_the_checkpoint_dir()
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:

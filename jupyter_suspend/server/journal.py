@@ -26,7 +26,8 @@ a directory, the state directory is read-only) does not stop the server:
 
 Rotation starts when the file exceeds ``max_bytes`` and rewrites it down to
 half of that (the *low-water mark*), always keeping the newest entry of each
-kind replay needs (:data:`REPLAY_KINDS`); the new file is written with mode
+kind the reader needs (``pinned_kinds``, given by the server from
+:data:`jupyter_suspend.server.replay.PINNED_KINDS`); the new file is written with mode
 0600, fsynced, renamed over the journal and the directory fsynced. Appends
 therefore cost O(1) amortised.
 """
@@ -53,16 +54,6 @@ JOURNAL_FILENAME = "journal.jsonl"
 #: Identifies this server process: entries written by another boot id were
 #: written by a previous process (possibly in another pod).
 BOOT_ID = uuid.uuid4().hex
-#: Entry kinds a cold start replays: rotation always keeps the newest of each.
-REPLAY_KINDS = (
-    "transition",
-    "recovered",
-    "suspend_requested",
-    "flushed",
-    "checkpointed",
-    "released",
-    "restored",
-)
 _EXCERPT = 120
 
 
@@ -272,8 +263,17 @@ class Journal:
 
     REQUIRED_KEYS = REQUIRED_KEYS
 
-    def __init__(self, directory: Path, *, max_bytes: int = 4 * 1024 * 1024, keep_entries: int = 2000):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = 4 * 1024 * 1024,
+        keep_entries: int = 2000,
+        pinned_kinds: frozenset[str] = frozenset(),
+    ):
         self.directory = Path(directory)
+        #: Rotation always keeps the newest entry of each of these kinds (what a cold start replays).
+        self.pinned_kinds = pinned_kinds
         self.path = self.directory / JOURNAL_FILENAME
         self.max_bytes = max_bytes
         self.keep_entries = keep_entries
@@ -422,7 +422,7 @@ class Journal:
         the newest entries up to half of ``max_bytes`` (and ``keep_entries``)."""
         pinned: dict[str, int] = {}
         for index, entry in enumerate(entries):
-            if entry["kind"] in REPLAY_KINDS:
+            if entry["kind"] in self.pinned_kinds:
                 pinned[entry["kind"]] = index
         keep = set(pinned.values())
         budget = self.max_bytes // 2 - sum(len(_encode(entries[i])) for i in keep)

@@ -41,6 +41,21 @@ class EntryKind(str, enum.Enum):
     VERIFIED = "verified"  # a live-state verdict
 
 
+#: Kinds whose newest entry a cold start needs: journal rotation never drops it.
+PINNED_KINDS: frozenset[str] = frozenset(
+    kind.value
+    for kind in (
+        EntryKind.TRANSITION,
+        EntryKind.RECOVERED,
+        EntryKind.SUSPEND_REQUESTED,
+        EntryKind.FLUSHED,
+        EntryKind.RELEASE_STARTED,
+        EntryKind.RELEASED,
+        EntryKind.RESTORED,
+        EntryKind.CHECKPOINTED,
+    )
+)
+
 #: The cycle marks, in the order they happen (timeline ``times``).
 MARKS = (
     "active_work_ended",
