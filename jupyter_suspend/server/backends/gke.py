@@ -78,6 +78,8 @@ EV_POD_RESTORED = "gke_pod_restored"
 EV_DELETED = "gke_snapshot_deleted"
 EV_COLD = "gke_cold_start"
 
+#: Seconds a health check of the sidecar may take.
+HEALTH_TIMEOUT = 3.0
 #: The next step of every abort: the session was never interrupted.
 KEEPS_RUNNING = "Nothing was released; the session keeps running."
 
@@ -237,8 +239,8 @@ class GKEBackend(Backend):
 
     # -- parts -------------------------------------------------------------------------
 
-    def client(self) -> SidecarClient:
-        return SidecarClient(self.sidecar_socket, self.sidecar_secret, timeout=self.sidecar_timeout)
+    def client(self, timeout: float | None = None) -> SidecarClient:
+        return SidecarClient(self.sidecar_socket, self.sidecar_secret, timeout=timeout or self.sidecar_timeout)
 
     def signals(self) -> PodSignals:
         """The in-pod signals (a seam: tests replace the clocks)."""
@@ -252,9 +254,11 @@ class GKEBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "sidecar": self.sidecar_socket}
 
-    async def sidecar_problem(self, client: SidecarClient | None = None) -> str | None:
-        """Why the sidecar cannot serve a suspend now (None: it answers)."""
-        client = client or self.client()
+    async def sidecar_problem(self) -> str | None:
+        """Why the sidecar cannot serve a suspend now (None: it answers).
+
+        A short timeout: a preflight must not hang on a sidecar that does not answer."""
+        client = self.client(timeout=min(HEALTH_TIMEOUT, self.sidecar_timeout))
         if not await client.healthy():
             return (
                 f"the sidecar does not answer at {client.socket_path} (is the 'sidecar' container running, "
@@ -280,7 +284,7 @@ class GKEBackend(Backend):
     async def release(self, ctx: ReleaseContext) -> ReturnedLive:
         record = _recorder(ctx, self.log)
         client = self.client()
-        problem = await self.sidecar_problem(client)
+        problem = await self.sidecar_problem()
         if problem:
             raise FlushFailed("release.sidecar", f"{problem}. {KEEPS_RUNNING}")
 
@@ -511,7 +515,7 @@ class GKEBackend(Backend):
         progress: _Progress,
         record: Recorder,
     ) -> ReturnedLive:
-        now = check.now.wall if check.now else time.time()
+        now = time.time()
         # When the pod stopped: the checkpoint froze it; else the last tick before the jump.
         if progress.checkpoint_at is not None:
             stopped_at, stopped_from = progress.checkpoint_at, "Checkpoint condition"
@@ -644,14 +648,15 @@ class GKEBackend(Backend):
         when = last_entry.get("time", "an unknown time") if last_entry else "an unknown time"
         if last_state in (State.SNAPSHOTTING, State.RESTORING, State.SUSPENDED, State.WAITING_FOR_CAPACITY):
             # The previous process was inside the snapshot (or verifying its
-            # return) and this one started from scratch: the pod came back cold.
+            # return) and this one started from scratch: the pod came back
+            # cold. Suspended with the resume plan journaled before the
+            # release; as nobody resumes this backend by request, the core
+            # resumes at once (restore() below), and says ready, cold.
             return ColdStartVerdict(
-                State.READY,
+                State.SUSPENDED,
                 f"The pod started cold, not from the snapshot: {self.why_cold()}. "
                 f"(The previous server last recorded {last_state.value} at {when}.) "
                 "The recorded sessions are restarted and their application checkpoints restored.",
-                restore=RestoreKind.COLD,
-                **_resume_now(),
             )
         if last_state == State.FLUSHING:
             return ColdStartVerdict(
@@ -681,22 +686,11 @@ def _when(epoch: Any) -> str:
     return utc_iso(epoch) if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) else "an unknown time"
 
 
-def _resume_now() -> dict[str, Any]:
-    """``resume_now=True`` where the core's :class:`ColdStartVerdict` has it."""
-    fields = getattr(ColdStartVerdict, "__dataclass_fields__", {})
-    return {"resume_now": True} if "resume_now" in fields else {}
-
-
-def _recorder(ctx: Any, log: Any) -> Recorder:
-    """The core's journal hook of this operation, or the log only."""
-    hook = getattr(ctx, "record", None)
+def _recorder(ctx: ReleaseContext | RestoreContext, log: Any) -> Recorder:
+    """The core's journal hook of this operation (``ctx.record``), logged too."""
 
     def record(kind: str, **detail: Any) -> None:
         log.debug("jupyter-suspend: %s %s", kind, detail)
-        if callable(hook):
-            try:
-                hook(kind, **detail)
-            except Exception:  # a journal problem must not break the snapshot
-                log.exception("jupyter-suspend: could not journal %s", kind)
+        ctx.record(kind, **detail)
 
     return record
