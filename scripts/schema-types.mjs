@@ -4,7 +4,7 @@
  * `jupyter_suspend/common/schemas/` (the same ones the server validates
  * requests with and the tests validate answers with).
  *
- *   node scripts/schema-types.mjs          write src/_generated/schemas.d.ts
+ *   node scripts/schema-types.mjs          write src/_generated/schemas.ts
  *   node scripts/schema-types.mjs --check  exit 1 if the committed file is stale
  *
  * Every schema file and every entry of its `$defs` becomes one named type,
@@ -22,7 +22,7 @@ import prettier from 'prettier';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const schemaDir = join(root, 'jupyter_suspend', 'common', 'schemas');
-const output = join(root, 'src', '_generated', 'schemas.d.ts');
+const output = join(root, 'src', '_generated', 'schemas.ts');
 const DROP = new Set(['$schema', '$id', '$defs', 'version', 'personal-data']);
 /** Keywords that say what a value is; a schema with none of them allows any JSON. */
 const ANY = ['$ref', 'type', 'enum', 'const', 'oneOf', 'anyOf', 'allOf'];

@@ -37,7 +37,7 @@ export namespace CommandIDs {
 /*
  * The server's answers, as the schemas in jupyter_suspend/common/schemas/
  * define them: the types are generated from those schemas
- * (src/_generated/schemas.d.ts, `jlpm build:schema-types`) and the jest contract
+ * (src/_generated/schemas.ts, `jlpm build:schema-types`) and the jest contract
  * test holds the recorded answers to the same schemas.
  */
 

@@ -4,7 +4,7 @@
  * answer in `fixtures.json` and every variant `fixtures.ts` builds from them
  * validates against the JSON schemas in `jupyter_suspend/common/schemas/`
  * (the ones the Python tests hold every server answer to), and the types in
- * `src/_generated/schemas.d.ts` are what those schemas generate now.
+ * `src/_generated/schemas.ts` are what those schemas generate now.
  */
 import Ajv2020, { ValidateFunction } from 'ajv/dist/2020';
 import { execFileSync } from 'child_process';
@@ -191,7 +191,7 @@ describe('the API contract', () => {
     expect(messages).toContain('must NOT have additional properties');
   });
 
-  it('generates src/_generated/schemas.d.ts from the schemas as committed', () => {
+  it('generates src/_generated/schemas.ts from the schemas as committed', () => {
     // Exits 1 (and execFileSync throws) when the committed file is stale.
     const run = (): Buffer =>
       execFileSync(
