@@ -106,6 +106,8 @@ def test_openapi_document_is_valid() -> None:
     validate_openapi(document)  # OpenAPI 3.1, its schemas in the 2020-12 dialect
     assert document["openapi"] == "3.1.0"
     assert document["servers"] == [{"url": f"/user/someone/{API_PREFIX}"}]
+    ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)), ids
 
 
 def test_every_route_is_in_the_document_and_nothing_else() -> None:

@@ -233,7 +233,7 @@ def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> di
         for method in methods:
             spec = described[method]
             operation: dict[str, Any] = {
-                "operationId": f"{method}_{endpoint.split('.')[0]}",
+                "operationId": method + "_" + re.sub(r"\W+", "_", endpoint.removesuffix(".json")),
                 "summary": spec["summary"],
                 "responses": {},
             }
