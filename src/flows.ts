@@ -13,7 +13,10 @@ import type { DocumentRegistry } from '@jupyterlab/docregistry';
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { Kernel } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
-import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import type {
+  ReadonlyJSONValue,
+  ReadonlyPartialJSONObject
+} from '@lumino/coreutils';
 import * as React from 'react';
 
 import { api, errorMessage } from './api';
@@ -122,7 +125,7 @@ async function runOperation(
   try {
     started = await start();
   } catch (reason) {
-    Notification.update({
+    await settle({
       id: notificationId,
       message: `${refused}: ${errorMessage(reason)}`,
       type: 'error',
@@ -213,6 +216,29 @@ function detailsAction(
   };
 }
 
+/**
+ * How long a notification must have been shown before it is updated or
+ * dismissed. JupyterLab shows a toast asynchronously: an update or a
+ * dismissal that comes sooner is lost, and the toast keeps its first text
+ * ("Suspending…") for good. A server that aborts at once answers that fast.
+ */
+export const TOAST_SETTLE_MS = 500;
+
+/** Resolve once notification `id` has been shown `TOAST_SETTLE_MS`. */
+export async function whenToastShown(id: string): Promise<void> {
+  const shown = Notification.manager.notifications.find(n => n.id === id);
+  const age = shown ? Date.now() - shown.createdAt : TOAST_SETTLE_MS;
+  if (age < TOAST_SETTLE_MS) {
+    await new Promise(resolve => setTimeout(resolve, TOAST_SETTLE_MS - age));
+  }
+}
+
+/** Give notification `args.id` its final text, once it is shown. */
+async function settle(args: Notification.IUpdate<ReadonlyJSONValue>) {
+  await whenToastShown(args.id);
+  Notification.update(args);
+}
+
 /** Let the user know the environment is not in a state to do this. */
 function refuse(message: string): void {
   Notification.warning(message, { autoClose: 8000 });
@@ -296,7 +322,7 @@ export class SuspendFlows {
         return null;
       }
       const { operationId, final } = run;
-      this._reportSuspend(final, operationId, notificationId);
+      await this._reportSuspend(final, operationId, notificationId);
       return final;
     } catch (reason) {
       Notification.error(trans.__('Suspend failed: %1', errorMessage(reason)), {
@@ -306,11 +332,11 @@ export class SuspendFlows {
     }
   }
 
-  private _reportSuspend(
+  private async _reportSuspend(
     final: IStatus,
     operationId: string,
     notificationId: string
-  ): void {
+  ): Promise<void> {
     const { trans } = this._deps;
     const op = final.operation?.id === operationId ? final.operation : null;
     if (op?.outcome === 'aborted') {
@@ -323,7 +349,7 @@ export class SuspendFlows {
         'Suspend aborted, nothing was released: %1',
         reason
       );
-      Notification.update({
+      await settle({
         id: notificationId,
         message,
         type: 'warning',
@@ -331,7 +357,7 @@ export class SuspendFlows {
         actions: [detailsAction(trans, trans.__('Suspend aborted'), message)]
       });
     } else if (final.state === 'failed') {
-      Notification.update({
+      await settle({
         id: notificationId,
         message: trans.__(
           'Suspend failed: %1 Next step: %2',
@@ -356,7 +382,7 @@ export class SuspendFlows {
     } else if (final.state === 'suspended') {
       const released = releasedSummary(op, trans);
       this._suspendNotice = notificationId;
-      Notification.update({
+      await settle({
         id: notificationId,
         message: released
           ? trans.__('Suspended: %1.', released)
@@ -374,7 +400,7 @@ export class SuspendFlows {
           : []
       });
     } else {
-      Notification.update({
+      await settle({
         id: notificationId,
         message: trans.__('Suspend ended: %1', final.message || final.state),
         type: 'info',
@@ -414,9 +440,10 @@ export class SuspendFlows {
       if (final.state === 'ready' && final.restore === 'cold') {
         // The cold-restore announcement (notify.ts) says it all, with the
         // action to restore the checkpoints: no second toast.
+        await whenToastShown(notificationId);
         Notification.dismiss(notificationId);
       } else if (final.state === 'ready') {
-        Notification.update({
+        await settle({
           id: notificationId,
           message: trans.__('Ready: %1 restore', final.restore ?? ''),
           type: 'success',
@@ -428,7 +455,7 @@ export class SuspendFlows {
           final.failure?.reason ?? final.message,
           final.failure?.next_step ?? ''
         );
-        Notification.update({
+        await settle({
           id: notificationId,
           message,
           type: 'error',
@@ -438,7 +465,7 @@ export class SuspendFlows {
       }
       return final;
     } catch (reason) {
-      Notification.update({
+      await settle({
         id: notificationId,
         message: trans.__('Resume failed: %1', errorMessage(reason)),
         type: 'error',
@@ -488,7 +515,7 @@ export class SuspendFlows {
     const { operationId, final } = run;
     const op = final.operation?.id === operationId ? final.operation : null;
     const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
-    Notification.update({
+    await settle({
       id: notificationId,
       message:
         op?.outcome === 'succeeded'

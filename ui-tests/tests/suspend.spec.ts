@@ -88,14 +88,17 @@ test('the preflight dialog shows what the backend keeps and loses, per kernel', 
   const dialog = page.locator('.jp-Dialog');
   await expect(dialog.locator('.jp-suspend-preflight')).toBeVisible();
 
-  // Capabilities of the local backend, as the server's dry run reports them.
+  // What the local backend keeps and loses, in its own words (backend.text).
   const kept = dialog.locator('.jp-suspend-keeps li[data-kept="true"]');
   const lost = dialog.locator('.jp-suspend-keeps li[data-kept="false"]');
   await expect(kept).toContainText([
-    'Files and saved notebooks',
-    'Application checkpoints'
+    'notebooks and other files',
+    'application checkpoints'
   ]);
-  await expect(lost).toContainText(['Live memory', 'GPU memory']);
+  await expect(lost).toContainText([
+    'variables in kernel memory',
+    'tensors in GPU memory'
+  ]);
   // Per kernel: this notebook, what it keeps and what it loses.
   const row = dialog.locator('.jp-suspend-kernel', {
     hasText: 'preflight.ipynb'
