@@ -219,9 +219,9 @@ function detailsAction(
 /**
  * How long a notification must have been shown before it is updated or
  * dismissed. JupyterLab shows a toast asynchronously: an update or a
- * dismissal that comes sooner is lost (on a loaded machine mounting a toast takes a
- * while), and the toast keeps its first text
- * ("Suspending…") for good. A server that aborts at once answers that fast.
+ * dismissal that comes sooner is lost (mounting a toast takes a while on a
+ * loaded machine), and the toast keeps its first text ("Suspending…") for
+ * good. A server that aborts at once answers that fast.
  */
 export const TOAST_SETTLE_MS = 1000;
 
