@@ -25,6 +25,7 @@ EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
 
 BACKENDS = {
     "local": "jupyter_suspend.server.backends.local:LocalBackend",
+    "gke": "jupyter_suspend.server.backends.gke:GKEBackend",
 }
 
 

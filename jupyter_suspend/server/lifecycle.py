@@ -65,6 +65,12 @@ class LifecycleSettings:
     kernel_env: dict[str, str] | None = None
 
 
+def last_cycle(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries from the last ``suspend_requested`` on (empty: never suspended)."""
+    starts = [i for i, e in enumerate(entries) if e.get("kind") == EntryKind.SUSPEND_REQUESTED.value]
+    return entries[starts[-1] :] if starts else []
+
+
 class Lifecycle:
     def __init__(
         self,
@@ -103,7 +109,9 @@ class Lifecycle:
     # -- start-up -------------------------------------------------------------
     def recover(self) -> None:
         """Read the journal a previous process left and decide where we are."""
-        past = replay(self.journal.read().entries)
+        entries = self.journal.read().entries
+        past = replay(entries)
+        self.backend.recall(last_cycle(entries))
         self.journal_problems = [p.to_dict() for p in self.journal.startup_problems]
         for problem in self.journal.startup_problems:
             self.log.warning("jupyter-suspend journal line %s is %s: %r", problem.line, problem.kind, problem.excerpt)
@@ -127,6 +135,27 @@ class Lifecycle:
                 operation_id=self._cycle_id,
             )
         self.journal.append(EntryKind.SERVER_STARTED.value, backend=self.backend.name, state=self.state.value)
+        caps = self.backend.capabilities
+        if self.state == State.SUSPENDED and self._resume_plan is not None and not caps.resume_from_server:
+            self._resume_at_start()
+
+    def _resume_at_start(self) -> None:
+        """Suspended, seen by a new process, on a platform that resumes by itself
+        (``resume_from_server`` false): the platform brought the pod back cold, and
+        nobody can ask for a resume here. It starts now (the backend's ``restore``)."""
+        operation = Operation(OperationKind.RESUME, reason="cold start")
+        try:
+            self._journal(
+                EntryKind.OPERATION_STARTED,
+                operation_id=operation.id,
+                operation_kind=operation.kind.value,
+                reason=operation.reason,
+                options={},
+            )
+        except JournalUnavailable:
+            return  # nothing starts unrecorded; the status says why
+        self.operation = operation
+        self._spawn(operation, lambda: self._run_resume(operation))
 
     async def stop(self) -> None:
         task = self._task

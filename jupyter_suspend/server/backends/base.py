@@ -202,6 +202,11 @@ class Backend(LoggingConfigurable, metaclass=_BackendMeta):
         to give up with a next step for the user.
         """
 
+    def recall(self, entries: list[dict[str, Any]]) -> None:
+        """At start-up, before :meth:`interpret_cold_start`: the journal entries of
+        the last suspend cycle (from its ``suspend_requested`` on), the backend's own
+        (``ctx.record``) included. Ignored by default."""
+
     @abc.abstractmethod
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         """Decide the state of a server process that finds a journal from a
