@@ -15,10 +15,18 @@ inside* ``release``. Two endings:
 * **cold**: no compatible snapshot existed (the pod spec changed, the snapshot
   expired or never completed), GKE starts the pod from scratch, silently. A new
   server process finds the journal: :meth:`GKEBackend.interpret_cold_start`
-  says why a live restore was not possible, as far as the journal tells, and
-  asks the core to resume at once; :meth:`GKEBackend.restore` restarts the
-  recorded kernels (as the local backend does) and the core puts the
-  application checkpoints back. Never a second snapshot restore.
+  says why a live restore was not possible, as far as the journal tells
+  (:meth:`GKEBackend.recall` gets the last cycle's entries, this backend's
+  ``gke_*`` events included), and answers *suspended*; since nobody resumes
+  this backend by request (``resume_from_server`` false), the core resumes at
+  once: :meth:`GKEBackend.restore` restarts the recorded kernels (by the local
+  backend's code) and the core puts the application checkpoints back; the
+  status ends *ready*, *cold*. Never a second snapshot restore.
+
+The timeline events are journaled through ``ctx.record`` (kinds ``gke_*``):
+identity before the trigger, snapshot requested, checkpoint done and snapshot
+Ready (the conditions' own times), pod stopped, returned (the signals),
+pod restored (``PodRestored``), consumed snapshot deleted, cold start.
 
 Anything that fails before the pod is stopped (sidecar down, the API
 refusing, a failed trigger or checkpoint, a snapshot never Ready) raises
