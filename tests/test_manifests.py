@@ -584,6 +584,20 @@ def test_both_containers_get_the_pod_identity_from_the_downward_api(name: str, r
 
 
 @pytest.mark.parametrize("name", ["base", "cpu"])
+def test_the_notebook_reads_the_new_pods_uid_where_the_gke_backend_looks(
+    name: str, rendered: dict[str, list[Doc]]
+) -> None:
+    """After a restore the env still holds the old uid; a downward-API file names the new pod."""
+    from jupyter_suspend.server.backends.gke import GKEBackend
+
+    uid_file = Path(GKEBackend.pod_uid_file.default_value)
+    mount = mounts(notebook(rendered[name]))[str(uid_file.parent)]
+    assert mount.get("readOnly") is True
+    items = volumes(rendered[name])[mount["name"]]["downwardAPI"]["items"]
+    assert {"path": uid_file.name, "fieldRef": {"fieldPath": "metadata.uid"}} in items
+
+
+@pytest.mark.parametrize("name", ["base", "cpu"])
 def test_security_contexts_and_resources(name: str, rendered: dict[str, list[Doc]]) -> None:
     spec = pod_spec(rendered[name])
     assert spec["securityContext"]["runAsNonRoot"] is True
