@@ -33,8 +33,8 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 
 step "ruff (lint and format)"
-ruff check jupyter_suspend tests
-ruff format --check jupyter_suspend tests
+ruff check jupyter_suspend tests scripts bench
+ruff format --check jupyter_suspend tests scripts bench
 
 step "mypy"
 mypy
