@@ -8,8 +8,8 @@
  */
 import type { ICommandPalette } from '@jupyterlab/apputils';
 import type { CommandRegistry } from '@lumino/commands';
-import type { IDisposable } from '@lumino/disposable';
 
+import { DisposableOnce } from './disposable';
 import type { IFlowDeps, SuspendFlows } from './flows';
 import type { OperationGuard } from './guard';
 import { suspendIcon, verifyIcon } from './icons';
@@ -32,25 +32,18 @@ export function notifyCommands(commands: CommandRegistry): void {
  * changes: the server's `can_*` (and the restarted kernels the last restore
  * left), or an operation starting or ending on this page.
  */
-export class CommandRefresher implements IDisposable {
+export class CommandRefresher extends DisposableOnce {
   constructor(
     private readonly _commands: CommandRegistry,
     private readonly _model: ISuspendModel,
     private readonly _guard: OperationGuard
   ) {
+    super();
     _model.changed.connect(this._onModelChanged, this);
     _guard.busyChanged.connect(this._refresh, this);
   }
 
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
+  protected onDispose(): void {
     this._model.changed.disconnect(this._onModelChanged, this);
     this._guard.busyChanged.disconnect(this._refresh, this);
   }
@@ -71,7 +64,6 @@ export class CommandRefresher implements IDisposable {
   }
 
   private _key = '';
-  private _isDisposed = false;
 }
 
 /** Register the commands and their palette entries. */

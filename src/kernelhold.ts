@@ -20,9 +20,9 @@ import { Notification } from '@jupyterlab/apputils';
 import type { Session } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import type { CommandRegistry } from '@lumino/commands';
-import type { IDisposable } from '@lumino/disposable';
 import type { ISignal } from '@lumino/signaling';
 
+import { DisposableOnce } from './disposable';
 import { reconnectContext } from './reconnect';
 import { allowedActions } from './status';
 import { CommandIDs, IStatus } from './tokens';
@@ -57,8 +57,9 @@ export interface IHoldModel {
   readonly stateChanged: ISignal<unknown, void>;
 }
 
-export class KernelStartHold implements IDisposable {
+export class KernelStartHold extends DisposableOnce {
   constructor(options: KernelStartHold.IOptions) {
+    super();
     this._model = options.model;
     this._sessions = options.sessions;
     this._commands = options.commands;
@@ -77,7 +78,7 @@ export class KernelStartHold implements IDisposable {
    * (or, before the first status, may be) suspended.
    */
   hold(ctx: ISessionContext): void {
-    if (this._isDisposed || ctx.isDisposed || this._held.has(ctx)) {
+    if (this.isDisposed || ctx.isDisposed || this._held.has(ctx)) {
       return;
     }
     if (ctx.session?.kernel) {
@@ -119,15 +120,7 @@ export class KernelStartHold implements IDisposable {
     await ctx.startKernel();
   }
 
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
+  protected onDispose(): void {
     this._model.changed.disconnect(this._onStatus, this);
     for (const ctx of this.held) {
       this._unhold(ctx);
@@ -287,7 +280,6 @@ export class KernelStartHold implements IDisposable {
   private readonly _held = new Map<ISessionContext, boolean | undefined>();
   private readonly _announced = new Set<ISessionContext>();
   private _notice: string | null = null;
-  private _isDisposed = false;
 }
 
 export namespace KernelStartHold {

@@ -12,9 +12,9 @@
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Session, ServiceManager } from '@jupyterlab/services';
-import type { IDisposable } from '@lumino/disposable';
 import type { ISignal } from '@lumino/signaling';
 
+import { DisposableOnce } from './disposable';
 import { resumedSince, suspendedSince } from './status';
 import type { IStatus } from './tokens';
 
@@ -263,8 +263,9 @@ export interface ISessionWidgets {
  *   behind the user's back, and rechecks them all when the environment
  *   becomes steady again.
  */
-export class ResumeReconnector implements IDisposable {
+export class ResumeReconnector extends DisposableOnce {
   constructor(options: ResumeReconnector.IOptions) {
+    super();
     this._model = options.model;
     this._services = options.services;
     this._widgets = options.widgets.filter(
@@ -307,15 +308,7 @@ export class ResumeReconnector implements IDisposable {
     return this._lastReconnect;
   }
 
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
+  protected onDispose(): void {
     for (const widgets of this._widgets) {
       widgets.widgetAdded.disconnect(this._onWidgetAdded, this);
     }
@@ -377,7 +370,6 @@ export class ResumeReconnector implements IDisposable {
   private _previous: IStatus | null = null;
   private _wasSteady: boolean;
   private _lastReconnect: Promise<Map<string, ReconnectOutcome>> | null = null;
-  private _isDisposed = false;
 }
 
 export namespace ResumeReconnector {
