@@ -1,50 +1,14 @@
-import type { JupyterFrontEnd } from '@jupyterlab/application';
-import { nullTranslator } from '@jupyterlab/translation';
-import { CommandRegistry } from '@lumino/commands';
 import { PromiseDelegate } from '@lumino/coreutils';
-import { Signal } from '@lumino/signaling';
 
 import { api } from '../api';
-import { CommandRefresher, registerCommands } from '../commands';
-import { IFlowDeps, SuspendFlows } from '../flows';
-import {
-  CommandIDs,
-  DEFAULT_SETTINGS,
-  ISuspendModel,
-  IStatus
-} from '../tokens';
+import { CommandIDs, ISuspendModel } from '../tokens';
 import { olderServer, statusIn, statusRunning } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
-
-/** The model as the commands read it: a status and its `changed`. */
-class FakeModel {
-  status: IStatus | null = null;
-  readonly changed = new Signal<this, void>(this);
-
-  set(status: IStatus | null): void {
-    this.status = status;
-    this.changed.emit();
-  }
-}
+import { FakeModel, wireCommands } from './helpers';
 
 function setUp() {
-  const commands = new CommandRegistry();
   const model = new FakeModel();
-  const deps: IFlowDeps = {
-    app: { commands } as unknown as JupyterFrontEnd,
-    model: model as unknown as ISuspendModel,
-    trans,
-    settings: () => DEFAULT_SETTINGS,
-    tracker: null,
-    docManager: null
-  };
-  const flows = new SuspendFlows(deps);
-  registerCommands(deps, flows, null);
-  const refresher = new CommandRefresher(
-    commands,
-    model as unknown as ISuspendModel,
-    flows.guard
+  const { commands, flows, refresher } = wireCommands(
+    model as unknown as ISuspendModel
   );
   const enabled = () => ({
     suspend: commands.isEnabled(CommandIDs.suspend),

@@ -1,12 +1,10 @@
-import { nullTranslator } from '@jupyterlab/translation';
 import * as React from 'react';
 import { renderToStaticMarkup } from 'react-dom/server';
 
 import { PreflightBody, TimelineBody, VerdictBody } from '../dialogs';
 import { preflightToView } from '../display';
 import { LOCAL_TEXT, preflight, timeline } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
+import { trans } from './helpers';
 
 function render(element: React.ReactElement): HTMLElement {
   const host = document.createElement('div');

@@ -1,5 +1,3 @@
-import { nullTranslator } from '@jupyterlab/translation';
-
 import {
   currentStep,
   describeCycle,
@@ -27,8 +25,7 @@ import {
   step,
   timeline
 } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
+import { trans } from './helpers';
 const NOW = 1_800_000_000_000;
 const opts = (patch: Partial<IDisplayOptions> = {}): IDisplayOptions => ({
   now: NOW,

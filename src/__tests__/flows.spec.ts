@@ -1,28 +1,17 @@
-import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import type { Event, ServiceManager, Session } from '@jupyterlab/services';
-import { nullTranslator } from '@jupyterlab/translation';
-import { CommandRegistry } from '@lumino/commands';
 import { Stream } from '@lumino/signaling';
 
 import { api } from '../api';
 import * as dialogs from '../dialogs';
-import { CommandRefresher, registerCommands } from '../commands';
-import { IFlowDeps, SuspendFlows, TOAST_SETTLE_MS } from '../flows';
+import { TOAST_SETTLE_MS } from '../flows';
 import { KernelStartHold } from '../kernelhold';
 import { SuspendModel } from '../model';
 import { ColdStartNotifier } from '../notify';
 import { ResumeReconnector } from '../reconnect';
-import {
-  DEFAULT_SETTINGS,
-  EVENT_SCHEMA_ID,
-  IStarted,
-  IStatus,
-  ITimeline
-} from '../tokens';
+import { EVENT_SCHEMA_ID, IStarted, IStatus, ITimeline } from '../tokens';
 import { operation, preflight, statusIn, statusRunning } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
+import { trans, wireCommands } from './helpers';
 
 afterEach(() => {
   Notification.dismiss();
@@ -42,21 +31,9 @@ it('a suspend the server aborts at once ends in one notification saying why', as
     interval: 60000
   });
   await model.start();
-  const commands = new CommandRegistry();
-  const deps: IFlowDeps = {
-    app: {
-      commands,
-      shell: { widgets: () => [] }
-    } as unknown as JupyterFrontEnd,
-    model,
-    trans,
-    settings: () => DEFAULT_SETTINGS,
-    tracker: null,
-    docManager: null
-  };
-  const flows = new SuspendFlows(deps);
-  registerCommands(deps, flows, null);
-  new CommandRefresher(commands, model, flows.guard);
+  const { commands, flows } = wireCommands(model, {
+    shell: { widgets: () => [] }
+  });
   const sessions = {
     running: () => [][Symbol.iterator](),
     refreshRunning: async () => undefined

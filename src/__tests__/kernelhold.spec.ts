@@ -1,13 +1,11 @@
 import type { ISessionContext } from '@jupyterlab/apputils';
 import { Notification } from '@jupyterlab/apputils';
 import type { Session } from '@jupyterlab/services';
-import { nullTranslator } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { PromiseDelegate } from '@lumino/coreutils';
 import { Signal } from '@lumino/signaling';
 
 import { IHoldModel, kernelsAwaitResume, KernelStartHold } from '../kernelhold';
-import type { IStatus } from '../tokens';
 import {
   operation,
   statusIn,
@@ -15,23 +13,7 @@ import {
   statusRunning,
   statusSuspended
 } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
-
-class FakeModel {
-  status: IStatus | null = null;
-  error: string | null = null;
-  reconnecting = false;
-  readonly changed = new Signal<this, void>(this);
-  readonly stateChanged = new Signal<this, void>(this);
-
-  set(status: IStatus | null, error: string | null = null): void {
-    this.status = status;
-    this.error = error;
-    this.stateChanged.emit();
-    this.changed.emit();
-  }
-}
+import { FakeModel, trans } from './helpers';
 
 /** A notebook's session context, as far as the hold looks at it. */
 class FakeContext {

@@ -1,6 +1,5 @@
 import { Notification } from '@jupyterlab/apputils';
 import { StateDB } from '@jupyterlab/statedb';
-import { nullTranslator } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
 import { operationEnded } from '../flows';
@@ -9,6 +8,7 @@ import {
   announcementMessage,
   ColdStartNotifier
 } from '../notify';
+import type { IStatus } from '../tokens';
 import {
   operation,
   statusIn,
@@ -16,8 +16,19 @@ import {
   statusRunning,
   statusSuspended
 } from './fixtures';
+import { trans } from './helpers';
 
-const trans = nullTranslator.load('jupyter_suspend');
+/** A server that started while its kernels were being shut down. */
+function startedCold(): IStatus {
+  return statusIn('suspended', {
+    cold_start: {
+      previous_state: 'snapshotting',
+      previous_time: '2026-12-01T20:00:00+00:00',
+      message: 'The server stopped while kernels were being shut down.',
+      next_step: ''
+    }
+  });
+}
 
 describe('announcementKey', () => {
   it('names a cold restore by its operation id', () => {
@@ -34,14 +45,7 @@ describe('announcementKey', () => {
   });
 
   it('announces a server that started cold', () => {
-    const status = statusIn('suspended', {
-      cold_start: {
-        previous_state: 'snapshotting',
-        previous_time: '2026-12-01T20:00:00+00:00',
-        message: 'The server stopped while kernels were being shut down.',
-        next_step: ''
-      }
-    });
+    const status = startedCold();
     expect(announcementKey(status)).toBe(
       'cold-start:snapshotting:2026-12-01T20:00:00+00:00'
     );
@@ -109,14 +113,7 @@ describe('ColdStartNotifier', () => {
   it('still announces a cold start of the server to a page opened later', async () => {
     const state = new StateDB();
     const commands = new CommandRegistry();
-    const status = statusIn('suspended', {
-      cold_start: {
-        previous_state: 'snapshotting',
-        previous_time: '2026-12-01T20:00:00+00:00',
-        message: 'The server stopped while kernels were being shut down.',
-        next_step: ''
-      }
-    });
+    const status = startedCold();
     const page = new ColdStartNotifier({ commands, trans, state });
     expect(await page.check(status)).not.toBe(null);
     const reloaded = new ColdStartNotifier({ commands, trans, state });

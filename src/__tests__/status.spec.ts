@@ -1,5 +1,3 @@
-import { nullTranslator } from '@jupyterlab/translation';
-
 import {
   allowedActions,
   allowedKey,
@@ -16,8 +14,7 @@ import {
   statusRunning,
   statusSuspended
 } from './fixtures';
-
-const trans = nullTranslator.load('jupyter_suspend');
+import { trans } from './helpers';
 
 describe('allowedActions', () => {
   it('offers a suspend and a checkpoint before the first answer', () => {
