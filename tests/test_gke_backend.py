@@ -312,6 +312,14 @@ def test_live_return_detected_from_the_new_pod_uid(pod: Pod) -> None:
     assert cycle["restore"] == "live"
     assert cycle["times"]["environment_stopped"]
     assert cycle["times"]["first_cell_runnable"]
+    # The backend's own marks, on the same cycle, in time order (the timeline).
+    events = {e["name"]: e for e in cycle["events"]}
+    names = [e["name"] for e in cycle["events"]]
+    assert names[:4] == ["snapshot_requested", "checkpoint_done", "snapshot_ready", "pod_stopped"], names
+    assert set(names[4:]) == {"pod_returned_live", "pod_restored", "snapshot_deleted"}, names
+    assert events["pod_returned_live"]["since_suspend_requested"] >= events["pod_stopped"]["since_suspend_requested"]
+    assert events["snapshot_ready"]["kind"] == "gke_snapshot_ready"
+    assert all(e["since_suspend_requested"] is not None for e in cycle["events"])
     assert_only_the_sidecar_called(pod)
 
 
@@ -377,6 +385,12 @@ def test_silent_cold_start_restarts_the_sessions_and_restores_the_checkpoints(po
     out, _ = run_cell(second, pod.kernel_id, "print(vocab, 'only_in_memory' in dir())")
     assert out.strip() == "{'a': 1, 'b': 2} False"
     assert "gke_cold_start" in kinds_after(second, seq)
+    cycle = second.api("GET", "timeline")["cycles"][-1]
+    assert (cycle["outcome"], cycle["restore"]) == ("resumed", "cold")
+    names = [e["name"] for e in cycle["events"]]
+    assert names[:3] == ["snapshot_requested", "checkpoint_done", "snapshot_ready"], names
+    assert "pod_started_cold" in names
+    assert "pod_returned_live" not in names
     assert_only_the_sidecar_called(pod)
 
 

@@ -679,6 +679,45 @@ def test_replay_of_each_entry_kind(tmp_path: Path, kind: EntryKind) -> None:
     check(replay(read), build_timeline(read))
 
 
+def test_a_backend_s_own_marks_go_on_their_cycle_in_time_order(tmp_path: Path) -> None:
+    """A backend's entries (``ctx.record``) with a ``mark`` are the cycle's ``events``; the rest are skipped."""
+    from tests.test_contract import schema_validator
+
+    journal = Journal(tmp_path / "marks")
+    start = journal.append(SUSPEND[0].value, **SUSPEND[1])["wall"]
+    journal.append("gke_identity", operation_id="op1", pod_uid="u1")  # no mark: not on the timeline
+    journal.append("gke_snapshot_requested", operation_id="op1", mark="snapshot_requested", mark_at=start + 1)
+    # Learned late (after the return), happened earlier: placed by its time, not by when it was written.
+    journal.append("gke_pod_stopped", operation_id="op1", mark="pod_stopped", mark_at=start + 3)
+    journal.append("gke_checkpoint_done", operation_id="op1", mark="checkpoint_done", mark_at=start + 2)
+    journal.append("gke_other", operation_id="op-unknown", mark="elsewhere")  # no such cycle
+    journal.append("gke_bad", operation_id="op1", mark="Not A Name", mark_at=start + 3)
+    unusable = journal.append("gke_late", operation_id="op1", mark="no_usable_time", mark_at=1e12)  # its wall then
+    # A resume's entries name the cycle they resume.
+    journal.append("gke_cold_start", operation_id="op2", cycle_id="op1", mark="pod_started_cold", mark_at=start + 4)
+    entries = journal.read().entries
+    assert journal.read().problems == []
+    assert replay(entries).last_state is None  # a backend's entries never change what the core reads
+    timeline = build_timeline(entries)
+    schema_validator("timeline.json").validate(timeline)
+    events = timeline["cycles"][0]["events"]
+    # By time, not by when each was written (the checkpoint's time may be learned after the pod stopped).
+    assert [e["name"] for e in events] == [
+        "no_usable_time",
+        "snapshot_requested",
+        "checkpoint_done",
+        "pod_stopped",
+        "pod_started_cold",
+    ]
+    by_name = {e["name"]: e for e in events}
+    assert by_name["checkpoint_done"]["kind"] == "gke_checkpoint_done"
+    assert by_name["checkpoint_done"]["since_suspend_requested"] == pytest.approx(2.0, abs=1e-3)
+    assert by_name["no_usable_time"]["time"] == unusable["time"]
+    # A cycle without a backend's marks says so with an empty list.
+    plain = build_timeline(_journal_of(tmp_path / "plain", SUSPEND))
+    assert plain["cycles"][0]["events"] == []
+
+
 async def test_the_core_writes_only_known_entry_kinds(tmp_path: Path) -> None:
     s = Situation(tmp_path)
     await _path_release_breaks(s)

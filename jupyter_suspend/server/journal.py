@@ -100,8 +100,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_epoch(value: Any) -> bool:
-    # Anything utc_iso can format (year 1970 to about 5000).
+def is_epoch(value: Any) -> bool:
+    """Epoch seconds :func:`utc_iso` can format (year 1970 to about 5000)."""
     return _is_number(value) and 0 <= value < 1e11
 
 
@@ -117,7 +117,7 @@ def _list_of_objects(value: Any) -> bool:
 STR: Check = (lambda v: isinstance(v, str), "a string")
 INT: Check = (_is_int, "an integer")
 NUMBER: Check = (_is_number, "a finite number")
-EPOCH: Check = (_is_epoch, "epoch seconds")
+EPOCH: Check = (is_epoch, "epoch seconds")
 BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 LIST: Check = (lambda v: isinstance(v, list), "a list")

@@ -255,12 +255,17 @@ class Lifecycle:
                 self.failure = Failure(reason, wording.JOURNAL_NEXT_STEP)
             raise JournalUnavailable(reason, state=self.state) from exc
 
-    def _recorder(self, operation: Operation) -> Callable[..., None]:
-        """The backend's journal hook for this operation (kinds of its own, never the core's)."""
+    def _recorder(self, operation: Operation, cycle_id: str | None = None) -> Callable[..., None]:
+        """The backend's journal hook for this operation (kinds of its own, never the core's).
+
+        A resume's entries name the cycle they resume (``cycle_id``), so that a
+        ``mark`` among their fields lands on that cycle's timeline."""
 
         def record(kind: str, **fields: Any) -> None:
             if kind in {k.value for k in EntryKind}:
                 raise ValueError(f"{kind!r} is a core entry kind; prefix the backend's own kinds")
+            if cycle_id is not None:
+                fields.setdefault("cycle_id", cycle_id)
             try:
                 self.journal.append(kind, operation_id=operation.id, **fields)
             except JournalWriteError as exc:
@@ -524,7 +529,7 @@ class Lifecycle:
         step = operation.step("restore")
         kernel_env = dict(self.settings.kernel_env or {})
         context = RestoreContext(
-            operation.id, cycle_id, self.environment, self._resume_plan, kernel_env, self._recorder(operation)
+            operation.id, cycle_id, self.environment, self._resume_plan, kernel_env, self._recorder(operation, cycle_id)
         )
         waited_since: float | None = None
         while True:

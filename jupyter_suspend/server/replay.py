@@ -11,11 +11,12 @@ runs it on every ``GET timeline``. No I/O.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import live_state, wording
-from .journal import utc_iso
+from .journal import is_epoch, utc_iso
 from .states import RestoreKind, State
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ MARKS = (
 )
 
 
+#: What a backend's own mark may be called (``mark`` of its journal entries).
+MARK_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
 @dataclass
 class Cycle:
     """One suspend and what followed it, as the journal tells it."""
@@ -79,6 +84,8 @@ class Cycle:
     #: (wall, monotonic, boot_id) of the journal entries behind the marks
     clocks: dict[str, tuple[float, float, str]] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    #: The backend's own marks (:func:`backend_mark`): (time, name, kind), in journal order.
+    events: list[tuple[float, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.data = {
@@ -161,10 +168,39 @@ def replay(entries: list[dict[str, Any]]) -> ReplayResult:
         try:
             kind = EntryKind(entry.get("kind"))
         except ValueError:
-            continue  # a kind from a newer version: not ours to interpret
+            # A backend's own kind (or one from a newer version): not ours to
+            # interpret, but a mark it carries goes on its cycle's timeline.
+            _fold_backend_mark(cycles, entry)
+            continue
         _server_view(result, kind, entry)
         _fold_cycle(result, cycles, kind, entry)
     return result
+
+
+def backend_mark(entry: dict[str, Any]) -> tuple[str, float] | None:
+    """(name, epoch seconds) of the timeline mark a backend's own entry carries.
+
+    A backend puts one of its facts on the cycle's timeline by journaling it
+    (``ctx.record``) with ``mark`` (a name, ``[a-z][a-z0-9_]*``) and, if the
+    fact happened at another time than the entry was written (a Kubernetes
+    condition's time, say), ``mark_at`` (epoch seconds); otherwise the entry's
+    own ``wall`` is the mark's time. None: no mark."""
+    name = entry.get("mark")
+    if not isinstance(name, str) or not MARK_NAME.fullmatch(name):
+        return None
+    for at in (entry.get("mark_at"), entry.get("wall")):
+        if isinstance(at, (int, float)) and is_epoch(at):
+            return name, float(at)
+    return None
+
+
+def _fold_backend_mark(cycles: dict[str, Cycle], entry: dict[str, Any]) -> None:
+    """A backend's mark goes on the cycle it names (``cycle_id``, else its suspend's ``operation_id``)."""
+    mark = backend_mark(entry)
+    target = entry.get("cycle_id") or entry.get("operation_id")
+    cycle = cycles.get(target) if isinstance(target, str) else None
+    if mark is not None and cycle is not None:
+        cycle.events.append((mark[1], mark[0], str(entry.get("kind"))))
 
 
 def _server_view(result: ReplayResult, kind: EntryKind, entry: dict[str, Any]) -> None:

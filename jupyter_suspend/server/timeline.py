@@ -4,7 +4,9 @@ Each cycle records, separately, what the mission asks a trial to record:
 when active work ended, when the environment stopped, when the node (or, on
 the local backend, the kernels' memory and GPU memory) was free, when resume
 was asked for, when capacity was there, and when the returning user could run
-the next cell; plus what was released and for how long.
+the next cell; plus what was released and for how long. Beside these marks of
+the core, ``events`` lists the backend's own (a snapshot requested, the pod
+stopped...: see :func:`~jupyter_suspend.server.replay.backend_mark`).
 
 The cycles themselves are folded by :func:`~jupyter_suspend.server.replay.replay`
 (the one reading of the journal); this module turns them into durations.
@@ -31,9 +33,24 @@ def _seconds(c: Cycle, start: str, end: str) -> float | None:
     return round(c.marks[end] - c.marks[start], 3)
 
 
+def events(c: Cycle) -> list[dict[str, Any]]:
+    """The backend's own marks of a cycle, oldest first (journal order among equal times)."""
+    start = c.marks.get("suspend_requested")
+    return [
+        {
+            "name": name,
+            "kind": kind,
+            "time": utc_iso(at),
+            "since_suspend_requested": round(at - start, 3) if start is not None else None,
+        }
+        for at, name, kind in sorted(c.events, key=lambda event: event[0])
+    ]
+
+
 def cycle_to_dict(c: Cycle, now: float) -> dict[str, Any]:
     out = dict(c.data)
     out["times"] = {name: utc_iso(c.marks[name]) if name in c.marks else None for name in MARKS}
+    out["events"] = events(c)
     released_from = c.marks.get("node_released", c.marks.get("environment_stopped"))
     released_until = c.marks.get("resume_requested")
     released_seconds = None

@@ -42,6 +42,7 @@ export interface JupyterSuspendApi {
   CheckpointRequest: CheckpointRequest;
   ColdStart: ColdStart;
   Cycle: Cycle;
+  CycleEvent: CycleEvent;
   ErrorAnswer: ErrorAnswer;
   Failure: Failure;
   JournalProblem: JournalProblem;
@@ -204,6 +205,10 @@ export interface Cycle {
     restored: TimelineMark;
     first_cell_runnable: TimelineMark;
   };
+  /**
+   * The backend's own marks of this cycle (e.g. gke: snapshot_requested, checkpoint_done, snapshot_ready, pod_stopped, pod_returned_live, pod_restored, pod_started_cold), oldest first.
+   */
+  events: CycleEvent[];
   durations: {
     idle_before_suspend: TimelineSeconds;
     flush: TimelineSeconds;
@@ -258,6 +263,21 @@ export interface RestoredCheckpoints {
     name: string;
     message: string;
   }[];
+}
+/**
+ * A fact the backend journaled with a timeline mark.
+ */
+export interface CycleEvent {
+  /**
+   * The mark, named by the backend.
+   */
+  name: string;
+  /**
+   * The journal entry kind that carries it (the backend's own, e.g. gke_snapshot_ready).
+   */
+  kind: string;
+  time: StatusTimestamp;
+  since_suspend_requested: TimelineSeconds;
 }
 /**
  * Every 4xx answer: jupyter_server's JSON error ({message, reason}); a 409 from an operation adds the state and the operation in the way; a verify error adds the kernel id.

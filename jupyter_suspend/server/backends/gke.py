@@ -26,7 +26,9 @@ inside* ``release``. Two endings:
 The timeline events are journaled through ``ctx.record`` (kinds ``gke_*``):
 identity before the trigger, snapshot requested, checkpoint done and snapshot
 Ready (the conditions' own times), pod stopped, returned (the signals),
-pod restored (``PodRestored``), consumed snapshot deleted, cold start.
+pod restored (``PodRestored``), consumed snapshot deleted, cold start. Each but
+the identity carries a timeline ``mark`` (and ``mark_at``, the time it
+happened), which ``GET timeline`` lists in the cycle's ``events``.
 
 Anything that fails before the pod is stopped (sidecar down, the API
 refusing, a failed trigger or checkpoint, a snapshot never Ready) raises
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psutil
 from traitlets import Bool, Float, Unicode, default
 
 from ...common import sidecar_protocol as proto
@@ -244,6 +247,8 @@ class GKEBackend(Backend):
         #: Journal entries of the last suspend cycle a previous process wrote (see :meth:`recall`).
         self._cycle: list[dict[str, Any]] = []
         self._background: set[asyncio.Task[None]] = set()
+        #: When this server process (in a cold pod: the pod) started, as near as the backend knows.
+        self.started_at = _process_start() or time.time()
 
     # -- parts -------------------------------------------------------------------------
 
@@ -317,6 +322,8 @@ class GKEBackend(Backend):
         progress = _Progress(trigger=requested["trigger"], requested_at=time.time())
         record(
             EV_REQUESTED,
+            mark="snapshot_requested",
+            mark_at=progress.requested_at,
             trigger=progress.trigger,
             policy=requested.get("policy"),
             policy_created=requested.get("policy_created"),
@@ -402,7 +409,11 @@ class GKEBackend(Backend):
                 raise self._failure(view, progress)
 
     def _learn(self, view: proto.SnapshotProgress, progress: _Progress, record: Recorder) -> None:
-        """Note the checkpoint and Ready times once each (the conditions' own times)."""
+        """Note the checkpoint and Ready times once each (the conditions' own times).
+
+        Condition times have whole seconds: on the timeline (``mark_at``) a
+        step never comes before the one it follows (``condition_time`` keeps
+        what the API said)."""
         progress.phase = view["phase"]
         progress.snapshot = view.get("snapshot") or progress.snapshot
         checkpoint = _condition(view, "snapshot", "Checkpoint")
@@ -412,6 +423,8 @@ class GKEBackend(Backend):
             progress.checkpoint_at = _epoch(checkpoint["lastTransitionTime"]) or time.time()
             record(
                 EV_CHECKPOINTED,
+                mark="checkpoint_done",
+                mark_at=max(progress.checkpoint_at, progress.requested_at),
                 trigger=progress.trigger,
                 snapshot=progress.snapshot,
                 checkpoint_at=progress.checkpoint_at,
@@ -424,6 +437,8 @@ class GKEBackend(Backend):
             progress.ready_at = _epoch(condition_time) or time.time()
             record(
                 EV_READY,
+                mark="snapshot_ready",
+                mark_at=max(progress.ready_at, progress.checkpoint_at or 0.0, progress.requested_at),
                 trigger=progress.trigger,
                 snapshot=progress.snapshot,
                 ready_at=progress.ready_at,
@@ -471,6 +486,7 @@ class GKEBackend(Backend):
                 self.log.warning("jupyter-suspend: could not delete snapshot %s: %s", failure.snapshot, exc)
         record(
             EV_ABORTED,
+            mark="snapshot_aborted",
             trigger=progress.trigger,
             snapshot=failure.snapshot,
             step=failure.step,
@@ -489,7 +505,14 @@ class GKEBackend(Backend):
             return
         if pod.get("phase") in ("Succeeded", "Failed"):
             progress.stopped_at = time.time()
-            record(EV_STOPPED, trigger=progress.trigger, snapshot=progress.snapshot, phase=pod.get("phase"))
+            record(
+                EV_STOPPED,
+                mark="pod_stopped",
+                mark_at=progress.stopped_at,
+                trigger=progress.trigger,
+                snapshot=progress.snapshot,
+                phase=pod.get("phase"),
+            )
             self.log.info("jupyter-suspend: snapshot %s Ready, pod stopped; waiting to return", progress.snapshot)
             return
         # The pod keeps running: its policy says postCheckpoint: resume.
@@ -549,6 +572,8 @@ class GKEBackend(Backend):
         }
         record(
             EV_RETURNED,
+            mark="pod_returned_live",
+            mark_at=now,
             trigger=progress.trigger,
             snapshot=progress.snapshot,
             signals=check.signals,
@@ -590,14 +615,18 @@ class GKEBackend(Backend):
                     pod = None
                 if pod is not None and pod.get("restored"):
                     condition = next((c for c in pod.get("conditions", []) if c["type"] == "PodRestored"), None)
+                    seen_at = time.time()
+                    condition_time = condition["lastTransitionTime"] if condition else None
                     record(
                         EV_POD_RESTORED,
+                        mark="pod_restored",
+                        mark_at=_epoch(condition_time) or seen_at,
                         trigger=progress.trigger,
                         snapshot=progress.snapshot,
                         pod_restored_message=pod.get("restored_message"),
-                        condition_time=condition["lastTransitionTime"] if condition else None,
+                        condition_time=condition_time,
                         pod_uid=pod.get("uid"),
-                        seen_at=time.time(),
+                        seen_at=seen_at,
                     )
                     await self._delete_consumed(client, progress, record)
                     return
@@ -618,7 +647,13 @@ class GKEBackend(Backend):
         except (SidecarError, SidecarUnavailable) as exc:
             self.log.warning("jupyter-suspend: could not delete the consumed snapshot %s: %s", progress.snapshot, exc)
             return
-        record(EV_DELETED, snapshot=answer.get("deleted"), trigger=answer.get("trigger"), why="consumed")
+        record(
+            EV_DELETED,
+            mark="snapshot_deleted",
+            snapshot=answer.get("deleted"),
+            trigger=answer.get("trigger"),
+            why="consumed",
+        )
 
     # -- a new server process ----------------------------------------------------------
 
@@ -686,8 +721,23 @@ class GKEBackend(Backend):
         outcome.restore = RestoreKind.COLD
         outcome.detail["why_cold"] = self.why_cold()
         record = _recorder(ctx, self.log)
-        record(EV_COLD, why_cold=outcome.detail["why_cold"], kernels_restarted=len(outcome.kernels))
+        # The pod (this process) started cold before the kernels came back.
+        record(
+            EV_COLD,
+            mark="pod_started_cold",
+            mark_at=self.started_at,
+            why_cold=outcome.detail["why_cold"],
+            kernels_restarted=len(outcome.kernels),
+        )
         return outcome
+
+
+def _process_start() -> float | None:
+    """This process's start time (epoch seconds), from /proc; None where it cannot be read."""
+    try:
+        return float(psutil.Process().create_time())
+    except psutil.Error:
+        return None
 
 
 def _when(epoch: Any) -> str:
