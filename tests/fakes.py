@@ -204,6 +204,7 @@ class FakeBackend(Backend):
         self.restores: list[Script] = []
         self.release_calls = 0
         self.restore_calls = 0
+        self.stop_calls = 0
 
     # -- scripting: each call takes the next step, the default once the list is empty ----
     def then_release(self, step: Script) -> None:
@@ -225,6 +226,9 @@ class FakeBackend(Backend):
             result: RestoreOutcome = await self.restores.pop(0)(ctx)
             return result
         return await start_kernels(ctx)
+
+    async def stop(self) -> None:
+        self.stop_calls += 1
 
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         if not self.capabilities.server_survives_suspend and last_state in (State.SNAPSHOTTING, State.SUSPENDED):

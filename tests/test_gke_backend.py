@@ -8,6 +8,7 @@ with the old journal). A few pure tests of the in-pod signals and the cold-start
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 from jupyter_suspend.server.app import load_backend_class
 from jupyter_suspend.server.backends.gke import GKEBackend
 from jupyter_suspend.server.pod_return import PodIdentity, PodSignals, parse_environ
+from jupyter_suspend.server.sidecar_client import SidecarClient
 from jupyter_suspend.server.states import State
 from tests.gke_helpers import (
     SIDECAR_USER,
@@ -457,6 +459,24 @@ def test_signals_without_any_source_never_fire(tmp_path: Path) -> None:
     before = s.identity()
     clock.advance(1.0, 1.0)
     assert not s.check(before).returned
+
+
+async def test_stop_ends_the_wait_for_pod_restored(tmp_path: Path) -> None:
+    """After a return the backend follows PodRestored in the background; a shutdown stops that."""
+    from jupyter_suspend.server.backends.gke import _Progress
+
+    backend = GKEBackend(pod_restored_poll=0.01, pod_restored_timeout=600)
+    client = SidecarClient(str(tmp_path / "no-sidecar.sock"), str(tmp_path / "no-secret"), timeout=0.1)
+    recorded: list[str] = []
+    backend._spawn(backend._after_return(client, _Progress("t-1", 1.0), lambda kind, **_: recorded.append(kind)))
+    (task,) = backend._background
+    await asyncio.sleep(0.05)
+    assert not task.done()  # still asking a sidecar that does not answer
+    await asyncio.wait_for(backend.stop(), 5)
+    assert task.cancelled()
+    assert backend._background == set()
+    assert recorded == []
+    await backend.stop()  # nothing left: a no-op
 
 
 def test_gke_is_a_backend_name_and_reads_the_journal_it_left() -> None:

@@ -304,6 +304,30 @@ def test_rotation_gets_back_under_the_limit_so_appends_stay_cheap(tmp_path: Path
     assert journal.read().entries[-1]["index"] == 999
 
 
+def test_rotation_keeps_the_backend_s_pinned_kinds(tmp_path: Path) -> None:
+    """What the gke backend's cold-start reading and the last cycle's timeline need survives rotation."""
+    from jupyter_suspend.server.app import pinned_kinds
+    from jupyter_suspend.server.backends.gke import GKEBackend
+    from jupyter_suspend.server.backends.local import LocalBackend
+    from jupyter_suspend.server.replay import PINNED_KINDS
+
+    assert pinned_kinds(LocalBackend()) == PINNED_KINDS
+    kinds = pinned_kinds(GKEBackend())
+    assert kinds > PINNED_KINDS
+    assert {"gke_snapshot_requested", "gke_snapshot_ready", "gke_snapshot_aborted", "gke_cold_start"} <= kinds
+    journal = Journal(tmp_path, max_bytes=8192, pinned_kinds=kinds)
+    journal.append("suspend_requested", operation_id="op1", kernels=[])
+    journal.append("gke_snapshot_requested", operation_id="op1", trigger="t-1", mark="snapshot_requested")
+    journal.append("gke_snapshot_ready", operation_id="op1", snapshot="s-1", mark="snapshot_ready")
+    journal.append("gke_identity", operation_id="op1")
+    for index in range(500):
+        journal.append("verified", kernel_id="k1", verdict="COLD", index=index, padding="y" * 40)
+    kept = [e["kind"] for e in journal.read().entries]
+    assert journal.rotations > 0
+    assert {"suspend_requested", "gke_snapshot_requested", "gke_snapshot_ready"} <= set(kept)
+    assert "gke_identity" not in kept
+
+
 def test_rotation_keeps_what_replay_needs(tmp_path: Path) -> None:
     from jupyter_suspend.server.replay import PINNED_KINDS
 

@@ -718,6 +718,20 @@ def test_a_backend_s_own_marks_go_on_their_cycle_in_time_order(tmp_path: Path) -
     assert plain["cycles"][0]["events"] == []
 
 
+async def test_stopping_the_lifecycle_stops_the_backend(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    lifecycle = make_lifecycle(tmp_path, backend=backend)
+    await lifecycle.stop()
+    assert backend.stop_calls == 1
+
+    # A backend that fails to stop does not stop the shutdown.
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    backend.stop = broken  # type: ignore[method-assign]
+    await lifecycle.stop()
+
+
 async def test_the_core_writes_only_known_entry_kinds(tmp_path: Path) -> None:
     s = Situation(tmp_path)
     await _path_release_breaks(s)

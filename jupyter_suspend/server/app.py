@@ -41,6 +41,11 @@ def load_backend_class(spec: str) -> type[Backend]:
     return cls
 
 
+def pinned_kinds(backend: Backend) -> frozenset[str]:
+    """The entry kinds whose newest entry journal rotation keeps: the core's and the backend's own."""
+    return PINNED_KINDS | frozenset(backend.pinned_kinds)
+
+
 class SuspendApp(ExtensionApp):
     """Suspend a notebook environment safely and report its restore state."""
 
@@ -93,7 +98,7 @@ class SuspendApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         backend = load_backend_class(self.backend)(parent=self)
-        journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes, pinned_kinds=PINNED_KINDS)
+        journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes, pinned_kinds=pinned_kinds(backend))
         self._tell_kernels_the_checkpoint_dir()
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:

@@ -27,7 +27,8 @@ a directory, the state directory is read-only) does not stop the server:
 Rotation starts when the file exceeds ``max_bytes`` and rewrites it down to
 half of that (the *low-water mark*), always keeping the newest entry of each
 kind the reader needs (``pinned_kinds``, given by the server from
-:data:`jupyter_suspend.server.replay.PINNED_KINDS`); the new file is written with mode
+:data:`jupyter_suspend.server.replay.PINNED_KINDS` and the backend's own
+``Backend.pinned_kinds``); the new file is written with mode
 0600, fsynced, renamed over the journal and the directory fsynced. Appends
 therefore cost O(1) amortised.
 """

@@ -163,6 +163,10 @@ class Lifecycle:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down
                 await task
+        try:
+            await self.backend.stop()
+        except Exception:  # shutting down: say so, carry on
+            self.log.exception("jupyter-suspend: the %s backend did not stop cleanly", self.backend.name)
 
     # -- state machine ------------------------------------------------------
     def _transition(

@@ -169,6 +169,10 @@ class Backend(LoggingConfigurable, metaclass=_BackendMeta):
 
     name: str = "abstract"
     capabilities: Capabilities = Capabilities()
+    #: The backend's own journal entry kinds (``ctx.record``) whose newest entry
+    #: journal rotation must keep: what its cold-start reading (:meth:`recall`)
+    #: or the timeline of the last cycle needs.
+    pinned_kinds: frozenset[str] = frozenset()
 
     def describe(self) -> dict[str, Any]:
         """``backend`` of status and preflight: name, capabilities and the
@@ -183,6 +187,16 @@ class Backend(LoggingConfigurable, metaclass=_BackendMeta):
         """Platform facts worth showing before a suspend, beyond what the
         capabilities already say (empty by default)."""
         return []
+
+    async def preflight_blockers(self, environment: Environment) -> list[str]:
+        """Why a suspend would be refused (aborted, nothing released) if it
+        started now, one sentence each: the dry run's ``would_abort``. Empty by
+        default. Must answer within a few seconds: a dry run never hangs on it."""
+        return []
+
+    async def stop(self) -> None:
+        """The server is shutting down: end the backend's own background work
+        (called by the lifecycle core's ``stop``). Nothing by default."""
 
     @abc.abstractmethod
     async def release(self, ctx: ReleaseContext) -> ReleaseOutcome:

@@ -150,6 +150,11 @@ class GKEBackend(Backend):
     """Suspend into a GKE Pod Snapshot through the sidecar; return live, or cold from the journal."""
 
     name = "gke"
+    #: What :meth:`why_cold` and the last cycle's timeline read (all but the identity).
+    pinned_kinds = frozenset(
+        {EV_REQUESTED, EV_CHECKPOINTED, EV_READY, EV_STOPPED, EV_ABORTED, EV_RETURNED, EV_POD_RESTORED}
+        | {EV_DELETED, EV_COLD}
+    )
     capabilities = Capabilities(
         keeps_files=True,
         keeps_application_checkpoints=True,
@@ -592,6 +597,13 @@ class GKEBackend(Backend):
             restored_at=now,
             detail=detail,
         )
+
+    async def stop(self) -> None:
+        """Shutting down: stop following the pod after a return (``PodRestored``)."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
