@@ -11,7 +11,7 @@
  * whose path has a server session again is pointed back at it.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
-import type { Session, ServiceManager } from '@jupyterlab/services';
+import type { Kernel, Session, ServiceManager } from '@jupyterlab/services';
 import type { ISignal } from '@lumino/signaling';
 
 import { DisposableOnce } from './disposable';
@@ -76,6 +76,73 @@ async function waitConnected(
   throw new Error('the kernel connection did not open in time');
 }
 
+/** What `settleKernelStatus` reads and calls on a kernel connection. */
+export type StatusKernel = Pick<
+  Kernel.IKernelConnection,
+  | 'status'
+  | 'connectionStatus'
+  | 'isDisposed'
+  | 'statusChanged'
+  | 'requestKernelInfo'
+>;
+
+/**
+ * Make sure an open kernel connection learns its kernel's status; true once it
+ * is known.
+ *
+ * JupyterLab learns a kernel's status only from IOPub `status` messages; on
+ * connect it sends a kernel_info request and waits for its busy/idle. But
+ * jupyter_server skips its IOPub "nudge" for a kernel it believes busy (a
+ * restarted kernel that just loaded its checkpoints can look busy for a moment)
+ * and a status published before the server's new IOPub subscription is up is
+ * lost (ZMQ's slow joiner): the connection is open, the status stays 'unknown'
+ * for good, and whatever waits for an idle kernel waits forever. One more
+ * kernel_info request, once the subscription stands, brings the status back.
+ */
+export async function settleKernelStatus(
+  kernel: StatusKernel,
+  options: { graceMs?: number; retryMs?: number; timeoutMs?: number } = {}
+): Promise<boolean> {
+  const { graceMs = 1000, retryMs = 2000, timeoutMs = 60000 } = options;
+  const deadline = Date.now() + timeoutMs;
+  const known = (): boolean => kernel.status !== 'unknown';
+  let wait = graceMs;
+  while (!kernel.isDisposed && kernel.connectionStatus === 'connected') {
+    if (known()) {
+      return true;
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) {
+      return false;
+    }
+    await statusOrTimeout(kernel, Math.min(wait, left));
+    if (
+      known() ||
+      kernel.isDisposed ||
+      kernel.connectionStatus !== 'connected'
+    ) {
+      continue;
+    }
+    // Its busy/idle answer is all that is wanted: the reply itself may never
+    // resolve (JupyterLab's future also waits for an idle that may be lost).
+    kernel.requestKernelInfo().catch(() => undefined);
+    wait = retryMs;
+  }
+  return known();
+}
+
+function statusOrTimeout(kernel: StatusKernel, ms: number): Promise<void> {
+  return new Promise<void>(resolve => {
+    const done = (): void => {
+      clearTimeout(timer);
+      kernel.statusChanged.disconnect(done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    kernel.statusChanged.connect(done);
+  });
+}
+
 /** Point one notebook's session context back at its restored session. */
 export async function reconnectContext(
   ctx: ISessionContext,
@@ -90,6 +157,7 @@ export async function reconnectContext(
     return 'no-session';
   }
   if (isHealthy(ctx, model)) {
+    await settleStatus(ctx);
     return 'connected';
   }
   const current = ctx.session;
@@ -115,7 +183,17 @@ export async function reconnectContext(
     await ctx.changeKernel({ id: model.kernel.id });
   }
   await waitConnected(ctx, timeoutMs);
+  await settleStatus(ctx);
   return 'reconnected';
+}
+
+async function settleStatus(ctx: ISessionContext): Promise<void> {
+  const kernel = ctx.session?.kernel;
+  if (kernel && !(await settleKernelStatus(kernel))) {
+    console.warn(
+      `jupyter-suspend: the kernel of ${ctx.path} is connected but its status stayed unknown`
+    );
+  }
 }
 
 /**

@@ -7,7 +7,8 @@ import {
   IReconnectModel,
   ISessionWidgets,
   reconnectContext,
-  ResumeReconnector
+  ResumeReconnector,
+  settleKernelStatus
 } from '../reconnect';
 import type { IStatus } from '../tokens';
 import { statusReadyCold, statusRunning, statusSuspended } from './fixtures';
@@ -341,5 +342,72 @@ describe('ResumeReconnector', () => {
     ctx.drop();
     await settle();
     expect(ctx.adopted).toHaveLength(1);
+  });
+});
+
+describe('settleKernelStatus', () => {
+  /** An open connection whose status only an IOPub status message sets. */
+  function openKernel(status: string, answers: boolean) {
+    const k = {
+      status,
+      connectionStatus: 'connected',
+      isDisposed: false,
+      statusChanged: new Signal<unknown, string>({}),
+      infoRequests: 0,
+      requestKernelInfo(): Promise<undefined> {
+        this.infoRequests += 1;
+        if (answers) {
+          // The busy/idle of this request reaches the browser this time.
+          setTimeout(() => {
+            this.status = 'idle';
+            this.statusChanged.emit('idle');
+          }, 5);
+        }
+        // Like JupyterLab's: its future may never resolve.
+        return new Promise<undefined>(() => undefined);
+      }
+    };
+    return k;
+  }
+
+  const fast = { graceMs: 20, retryMs: 20, timeoutMs: 500 };
+
+  it('asks again when an open connection never learned the status', async () => {
+    const k = openKernel('unknown', true);
+    await expect(settleKernelStatus(k as never, fast)).resolves.toBe(true);
+    expect(k.status).toBe('idle');
+    expect(k.infoRequests).toBe(1);
+  });
+
+  it('asks nothing when the status is known', async () => {
+    const k = openKernel('idle', true);
+    await expect(settleKernelStatus(k as never, fast)).resolves.toBe(true);
+    expect(k.infoRequests).toBe(0);
+  });
+
+  it('waits out the grace period for the status JupyterLab asked for itself', async () => {
+    const k = openKernel('unknown', false);
+    setTimeout(() => {
+      k.status = 'idle';
+      k.statusChanged.emit('idle');
+    }, 5);
+    await expect(
+      settleKernelStatus(k as never, { ...fast, graceMs: 200 })
+    ).resolves.toBe(true);
+    expect(k.infoRequests).toBe(0);
+  });
+
+  it('keeps asking until its deadline, then says the status is unknown', async () => {
+    const k = openKernel('unknown', false);
+    const started = Date.now();
+    await expect(
+      settleKernelStatus(k as never, {
+        graceMs: 20,
+        retryMs: 40,
+        timeoutMs: 300
+      })
+    ).resolves.toBe(false);
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(k.infoRequests).toBeGreaterThan(2);
   });
 });
