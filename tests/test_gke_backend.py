@@ -387,6 +387,12 @@ def test_silent_cold_start_restarts_the_sessions_and_restores_the_checkpoints(po
     out, _ = run_cell(second, pod.kernel_id, "print(vocab, 'only_in_memory' in dir())")
     assert out.strip() == "{'a': 1, 'b': 2} False"
     assert "gke_cold_start" in kinds_after(second, seq)
+    # While it resumed by itself the status said what happened: a cold start, not a snapshot restore.
+    restoring = [e for e in second.journal() if e["seq"] > seq and e["kind"] == "transition" and e["to"] == "restoring"]
+    assert [e["message"] for e in restoring] == [
+        "the pod started cold, not from its snapshot: starting the recorded sessions again "
+        "and restoring their application checkpoints"
+    ]
     cycle = second.api("GET", "timeline")["cycles"][-1]
     assert (cycle["outcome"], cycle["restore"]) == ("resumed", "cold")
     names = [e["name"] for e in cycle["events"]]

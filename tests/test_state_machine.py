@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from jupyter_suspend.server import wording
-from jupyter_suspend.server.backends.base import Capabilities
+from jupyter_suspend.server.backends.base import Capabilities, ColdStartVerdict
 from jupyter_suspend.server.environment import KernelRecord
 from jupyter_suspend.server.journal import Journal
 from jupyter_suspend.server.lifecycle import Lifecycle
@@ -30,6 +30,7 @@ from jupyter_suspend.server.states import (
     IllegalState,
     OperationInProgress,
     RestoreFailed,
+    RestoreKind,
     State,
 )
 from jupyter_suspend.server.timeline import build as build_timeline
@@ -462,6 +463,41 @@ async def test_cold_start_on_a_platform_whose_server_does_not_survive_says_so(tm
     assert status["cold_start"]["message"].startswith("The server restarted")
     assert status["can_resume"] is False
     assert status["can_suspend"] is True
+
+
+class ResumesAtStart(FakeBackend):
+    """A platform that resumes by itself and reads a cold pod as suspended (as gke does): the core resumes at once."""
+
+    def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
+        if last_state in (State.SNAPSHOTTING, State.SUSPENDED):
+            return ColdStartVerdict(State.SUSPENDED, "the pod started cold")
+        return super().interpret_cold_start(last_state, last_entry)
+
+
+async def test_a_cold_start_that_resumes_by_itself_says_so_not_restoring_a_snapshot(tmp_path: Path) -> None:
+    s = await situation(tmp_path, "snapshotting", GKE_LIKE)
+    await s.lifecycle.stop()
+    gate = asyncio.Event()
+    backend = ResumesAtStart(GKE_LIKE)
+    backend.then_restore(held(gate, start_kernels))
+    second = make_lifecycle(tmp_path, FakeEnvironment(), backend)
+    try:
+        await reach(second, State.RESTORING)
+        message = second.status()["message"]
+        assert message == wording.resuming_after_cold_start(GKE_LIKE, restore_checkpoints=True)
+        assert message == (
+            "the pod started cold, not from its snapshot: starting the recorded sessions again "
+            "and restoring their application checkpoints"
+        )
+        assert message != wording.resuming(GKE_LIKE)  # "restoring the pod from its snapshot": false here
+        gate.set()
+        await settle(second)
+        assert (second.state, second.restore) == (State.READY, RestoreKind.COLD)
+        assert backend.restore_calls == 1
+    finally:
+        await second.stop()
+    # Without checkpoints to restore, it does not promise them.
+    assert "checkpoints" not in wording.resuming_after_cold_start(GKE_LIKE, restore_checkpoints=False)
 
 
 async def test_a_killed_suspend_leaves_its_plan_before_the_first_kernel_stops(tmp_path: Path) -> None:

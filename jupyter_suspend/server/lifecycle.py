@@ -155,7 +155,7 @@ class Lifecycle:
         except JournalUnavailable:
             return  # nothing starts unrecorded; the status says why
         self.operation = operation
-        self._spawn(operation, lambda: self._run_resume(operation))
+        self._spawn(operation, lambda: self._run_resume(operation, cold_start=True))
 
     async def stop(self) -> None:
         task = self._task
@@ -524,12 +524,18 @@ class Lifecycle:
         self._finish(operation, Outcome.SUCCEEDED, summary)
 
     # -- resume ---------------------------------------------------------------
-    async def _run_resume(self, operation: Operation) -> None:
+    async def _run_resume(self, operation: Operation, cold_start: bool = False) -> None:
+        """``cold_start``: a new server process resumes by itself (:meth:`_resume_at_start`)."""
         assert self._resume_plan is not None
         resume_requested_at = time.time()
         cycle_id = self._cycle_id or operation.id
         self._journal(EntryKind.RESUME_REQUESTED, operation_id=operation.id, cycle_id=cycle_id)
-        self._transition(State.RESTORING, operation, wording.resuming(self.backend.capabilities))
+        caps = self.backend.capabilities
+        if cold_start:
+            message = wording.resuming_after_cold_start(caps, self.settings.restore_checkpoints_on_resume)
+        else:
+            message = wording.resuming(caps)
+        self._transition(State.RESTORING, operation, message)
         step = operation.step("restore")
         kernel_env = dict(self.settings.kernel_env or {})
         context = RestoreContext(

@@ -79,6 +79,18 @@ def resuming(caps: Capabilities) -> str:
     return restore_step(caps)
 
 
+def resuming_after_cold_start(caps: Capabilities, restore_checkpoints: bool) -> str:
+    """The status message while a new server process resumes by itself (the
+    platform brought the environment back without its live state: a cold start)."""
+    text = ("the pod" if caps.releases_node else "the environment") + " started cold"
+    if caps.keeps_live_memory:
+        text += ", not from its snapshot"
+    text += ": starting the recorded sessions again"
+    if restore_checkpoints and caps.keeps_application_checkpoints:
+        text += " and restoring their application checkpoints"
+    return text
+
+
 def suspended(caps: Capabilities, outcome: Suspended | None = None) -> str:
     """The status message once the environment is down, from what was released and measured."""
     done = []
