@@ -18,6 +18,7 @@ from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
 from .replay import PINNED_KINDS
+from .session_guard import SessionGuard, lifecycle_refusal
 
 #: Where kernels write application checkpoints (read by ``jupyter_suspend.kernel.helper``).
 KERNEL_CHECKPOINT_DIR_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIR"
@@ -132,6 +133,11 @@ class SuspendApp(ExtensionApp):
             self.log.error("jupyter-suspend: the journal cannot be written: %s", exc)
         if not journal.usable:
             self.log.error("jupyter-suspend: %s", journal.problem)
+        # While suspended, no kernel starts for a notebook whose kernel the resume brings back.
+        self.session_guard = SessionGuard(
+            getattr(self.serverapp, "session_manager", None), lifecycle_refusal(self.lifecycle), self.log
+        )
+        self.session_guard.install()
         self.settings.update(
             {
                 "jupyter_suspend_lifecycle": self.lifecycle,
@@ -160,6 +166,9 @@ class SuspendApp(ExtensionApp):
         self.handlers.extend(handlers())
 
     async def stop_extension(self) -> None:
+        guard = getattr(self, "session_guard", None)
+        if guard is not None:
+            guard.uninstall()
         await self.lifecycle.stop()
         if os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir:
             previous = getattr(self, "_previous_checkpoint_env", None)
