@@ -191,7 +191,58 @@ class JupyterServerEnvironment:
 
     async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
         """Start a kernel under the recorded id and re-create its session row,
-        so the frontend finds the same session and kernel ids again."""
+        so the frontend finds the same session and kernel ids again.
+
+        The recorded session is then the only one at its path: another session
+        there (a kernel started for the notebook while it was suspended, past
+        the session guard) is shut down, before the start (its memory is what
+        the restored kernel needs) and once more after it."""
+        await self._end_other_sessions(record)
+        kernel_id = await self._start_recorded(record, extra_env)
+        await self._end_other_sessions(record)
+        return kernel_id
+
+    async def _end_other_sessions(self, record: KernelRecord) -> list[str]:
+        """Shut down every session at ``record.path`` but the recorded one; returns their ids.
+
+        Busy or not: it was started against the rule (while suspended a recorded
+        notebook gets no new kernel), the page on it is pointed at the restored
+        session after the resume, and left running it would be an orphan holding
+        the memory the suspend released, or a second kernel for one notebook."""
+        if record.path is None:
+            return []
+        rows = self.session_manager.cursor.execute(
+            "SELECT session_id, kernel_id FROM session WHERE path=?", (record.path,)
+        ).fetchall()
+        ended = []
+        for session_id, kernel_id in rows:
+            if session_id == record.session_id or kernel_id == record.kernel_id:
+                continue
+            state = getattr(self._kernel_or_none(kernel_id), "execution_state", "unknown")
+            self.serverapp.log.warning(
+                "jupyter-suspend: resume of %s: shutting down session %s (kernel %s, %s), "
+                "started for it while suspended; the notebook gets its recorded session %s back",
+                record.path,
+                session_id,
+                kernel_id,
+                state,
+                record.session_id,
+            )
+            try:
+                await self.stop_kernel(KernelRecord(kernel_id=kernel_id, kernel_name="", session_id=session_id))
+            except Exception as exc:  # noqa: BLE001 - a dead kernel's session: its row goes anyway
+                self.serverapp.log.warning("jupyter-suspend: session %s: %s", session_id, exc)
+                self.session_manager.cursor.execute("DELETE FROM session WHERE session_id=?", (session_id,))
+            ended.append(session_id)
+        return ended
+
+    def _kernel_or_none(self, kernel_id: str) -> Any:
+        try:
+            return self.kernel_manager.get_kernel(kernel_id)
+        except KeyError:
+            return None
+
+    async def _start_recorded(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
         path = record.path
         kernel_path = await ensure_async(self.contents_manager.get_kernel_path(path=path or ""))
         env = {**os.environ, **extra_env}
