@@ -121,14 +121,36 @@ def _compare_names(
     return results, problems
 
 
+def _claim_problems(
+    kernel_id: str, obs_pid: Any, obs_start: Any, rec_pid: Any, server_view: dict[str, Any]
+) -> list[str]:
+    """Where an observation a client sent contradicts what the server sees of the kernel's process."""
+    seen_pid, seen_start = server_view.get("pid"), server_view.get("process_start")
+    if obs_pid != seen_pid:
+        return [f"the observation sent names pid {obs_pid}, but kernel {kernel_id} is pid {seen_pid}"]
+    if (
+        obs_start is not None
+        and seen_start is not None
+        and abs(float(obs_start) - float(seen_start)) > START_TOLERANCE_SECONDS
+    ):
+        return [f"the observation sent names a process started at {obs_start}; pid {seen_pid} started at {seen_start}"]
+    return []
+
+
 def compare(
     kernel_id: str,
     observed: dict[str, Any],
     record: dict[str, Any],
     restore_report: dict[str, Any] | None = None,
     names: list[str] | None = None,
+    server_view: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The verdict on one kernel (see the module docstring); the REST reply."""
+    """The verdict on one kernel (see the module docstring); the REST reply.
+
+    ``server_view`` (``pid``, ``process_start``: what the server itself sees of the kernel's process) is
+    given when ``observed`` is a client's claim: the claim must agree with it, and only the server's own
+    view of the process can make it the recorded one (a claimed canary confirms, never decides).
+    """
     names = list(names or [])
     canary = record.get("canary") or {}
     rec_hash, rec_pid, rec_start = canary.get("hash"), canary.get("pid"), canary.get("process_start")
@@ -162,6 +184,14 @@ def compare(
             notes.append(f"no canary was recorded at {since}: judged by pid and start time only")
         else:
             notes.append("the jupyter_suspend helper is not loaded in this kernel: judged by pid and start time only")
+
+    if server_view is not None:
+        problems += _claim_problems(kernel_id, obs_pid, obs_start, rec_pid, server_view)
+        if process == "same" and rec_pid != server_view.get("pid"):
+            problems.append(
+                f"the observation sent claims the recorded process, but kernel {kernel_id} is pid "
+                f"{server_view.get('pid')} and pid {rec_pid} was recorded"
+            )
 
     name_results, name_problems = _compare_names(names, observed, record)
     problems += name_problems
@@ -286,8 +316,9 @@ class LiveStateRecords:
     ) -> dict[str, Any]:
         """The verdict on one kernel against its last suspend or checkpoint record.
 
-        With ``observed`` (sent by the kernel itself, busy running the magic)
-        only compare; otherwise ask the kernel. The caller journals the verdict.
+        With ``observed`` (what %verify_live_state sends: the kernel is busy running the magic) compare
+        that claim, held to what the server itself sees of the kernel's process (any client may send
+        one); otherwise ask the kernel. The caller journals the verdict.
         """
         record = self.records.get(kernel_id)
         if record is None:
@@ -302,7 +333,17 @@ class LiveStateRecords:
             # The state the server tracks can lag; a busy-looking kernel gets a short chance.
             busy = any(k.kernel_id == kernel_id and k.reported_busy for k in await self.environment.kernels())
             observed = await self.observe(kernel_id, list(names or []), min(2.0 if busy else 10.0, timeout), state)
-        return compare(kernel_id, observed, record, last_restore, names)
+            return compare(kernel_id, observed, record, last_restore, names)
+        seen = next((k for k in await self.environment.kernels() if k.kernel_id == kernel_id), None)
+        if seen is None or seen.pid is None:
+            raise VerifyError(
+                409,
+                f"kernel {kernel_id} is not a running process this server can see (state {state}): "
+                "an observation sent for it cannot be checked",
+                kernel_id,
+            )
+        server_view = {"pid": seen.pid, "process_start": seen.process_start}
+        return compare(kernel_id, observed, record, last_restore, names, server_view)
 
     async def verify_canaries(self, flushed_kernels: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
         """Compare each kernel's live-state canary with the one recorded at the suspend."""

@@ -621,7 +621,7 @@ export interface Verification {
   checkpoints_restored: string[];
 }
 /**
- * Compare a kernel's live state with what was recorded at the last suspend (or checkpoint). Without 'observed' the server asks the kernel (it must be idle); with it (what %verify_live_state sends: the kernel is busy running the magic) the server only compares.
+ * Compare a kernel's live state with what was recorded at the last suspend (or checkpoint). Without 'observed' the server asks the kernel (it must be idle); with it (what %verify_live_state sends: the kernel is busy running the magic) the server compares that claim, held to what it sees itself of the kernel's process: a pid or start time that is not the kernel's, or a recorded canary claimed by a process that is not the recorded one, is a MISMATCH, never LIVE. Patterns end in (?!\n): with Python's re.search a bare $ also matches before a trailing newline.
  */
 export interface VerifyRequest {
   kernel_id: string;
