@@ -117,6 +117,9 @@ def test_snapshot_of_own_pod_in_create_mode(
     assert pod["started_uid"] == "uid-at-start"
     assert pod["node_name"] == "gpu-node-1"
     assert not pod["restored"]
+    # The policy as the sidecar will create it: the server's preflight can say what a suspend does.
+    policy_facts = ("policy_mode", "policy_name", "policy_exists", "post_checkpoint", "policy_problem")
+    assert tuple(pod[k] for k in policy_facts) == ("create", f"jupyter-suspend-{POD}", False, "stop", None)
 
     requested = run(client.request_snapshot())
     trigger = requested["trigger"]
@@ -150,6 +153,8 @@ def test_snapshot_of_own_pod_in_create_mode(
     assert kinds["snapshot", "Ready"]["lastTransitionTime"]
     assert gke.stopped_pods == [POD]
     assert run(client.pod())["phase"] == "Succeeded"
+
+    assert tuple(run(client.pod())[k] for k in policy_facts) == ("create", f"jupyter-suspend-{POD}", True, "stop", None)
 
     # A second request reuses the policy.
     again = run(client.request_snapshot())
@@ -202,6 +207,24 @@ def test_require_mode_reads_the_installed_policy_only(
 ) -> None:
     make_pod(kube_api)
     client = start(kube_api, tmp_path, sidecars, REQUIRE_ARGS).client
+
+    # The pod view says which policy applies and what it does after the checkpoint, with 'get' only.
+    kube_api.reset_calls()
+    facts = ("policy_mode", "policy_name", "policy_exists", "post_checkpoint", "policy_problem")
+    assert tuple(run(client.pod())[k] for k in facts) == ("require", "notebook-snapshots", False, None, None)
+    assert triples(kube_api) == {("", "pods", "get"), ("podsnapshot.gke.io", "podsnapshotpolicies", "get")}
+    policy = ("podsnapshotpolicies", NAMESPACE, "notebook-snapshots")
+    kube_api.create(installed_policy())
+    assert tuple(run(client.pod())[k] for k in facts) == ("require", "notebook-snapshots", True, "stop", None)
+    kube_api.patch(GKE, *policy, {"spec": {"triggerConfig": {"postCheckpoint": "resume"}}})
+    assert run(client.pod())["post_checkpoint"] == "resume"
+    kube_api.patch(GKE, *policy, {"spec": {"triggerConfig": {"postCheckpoint": None}}})  # unset: GKE's default
+    assert run(client.pod())["post_checkpoint"] == "resume"
+    kube_api.fail_next("get", "podsnapshotpolicies", code=403)
+    unreadable = run(client.pod())
+    assert (unreadable["policy_exists"], unreadable["post_checkpoint"]) == (None, None)
+    assert "does not allow 'get'" in (unreadable["policy_problem"] or "")
+    kube_api.delete(GKE, *policy)
 
     kube_api.reset_calls()
     with pytest.raises(SidecarError) as err:

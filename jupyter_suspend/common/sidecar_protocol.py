@@ -12,7 +12,9 @@ Endpoints (``{name}`` is a Kubernetes object name):
 ``GET  /v1/health``
     No authentication. Answers ``{"ok": true}`` and nothing else.
 ``GET  /v1/pod``
-    :class:`PodView` of the sidecar's own pod.
+    :class:`PodView` of the sidecar's own pod, with the snapshot policy that
+    applies to it (the sidecar's policy mode and name, and what the policy
+    does after the checkpoint).
 ``POST /v1/snapshot-requests``
     Body :class:`SnapshotRequestBody` (may be ``{}``). Ensures the snapshot
     policy (per the sidecar's policy mode) and creates a
@@ -185,6 +187,26 @@ class PodView(TypedDict):
     restored_message: str | None
     #: The pod's ``podsnapshot.gke.io/*`` annotations.
     annotations: dict[str, str]
+    #: The sidecar's ``--policy-mode``: ``create`` (it makes the policy for
+    #: this pod) or ``require`` (the platform team installed it).
+    policy_mode: str
+    #: The PodSnapshotPolicy the snapshots of this pod use.
+    policy_name: str
+    #: The policy exists now (None: it could not be read, see ``policy_problem``).
+    policy_exists: bool | None
+    #: What the pod does after the checkpoint: ``stop`` (the node can be
+    #: released) or ``resume`` (it keeps running: GKE's default when the policy
+    #: does not say). In create mode before the policy exists: what the sidecar
+    #: will create. None: not known (no policy to read, or it could not be read).
+    post_checkpoint: str | None
+    #: Why the policy could not be read (None: it was, or it does not exist).
+    policy_problem: str | None
+
+
+POST_CHECKPOINT_STOP = "stop"
+POST_CHECKPOINT_RESUME = "resume"
+#: What GKE does when a policy does not set ``triggerConfig.postCheckpoint``.
+POST_CHECKPOINT_DEFAULT = POST_CHECKPOINT_RESUME
 
 
 class ErrorBody(TypedDict, total=False):

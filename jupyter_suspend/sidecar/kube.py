@@ -36,7 +36,7 @@ import string
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 import urllib3
 from kubernetes import client, watch
@@ -64,6 +64,16 @@ POD_LABEL = "jupyter-suspend/pod"
 
 
 # -- pure views -----------------------------------------------------------------
+
+
+class PolicyView(TypedDict):
+    """The policy part of :class:`~jupyter_suspend.common.sidecar_protocol.PodView`."""
+
+    policy_mode: str
+    policy_name: str
+    policy_exists: bool | None
+    post_checkpoint: str | None
+    policy_problem: str | None
 
 
 def _conditions(obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -207,7 +217,7 @@ def snapshot_summary(snapshot: Mapping[str, Any]) -> proto.SnapshotSummary:
     }
 
 
-def pod_view(pod: Mapping[str, Any], started_uid: str | None) -> proto.PodView:
+def pod_view(pod: Mapping[str, Any], started_uid: str | None, policy: PolicyView) -> proto.PodView:
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     annotations = {k: str(v) for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP + "/")}
@@ -235,6 +245,11 @@ def pod_view(pod: Mapping[str, Any], started_uid: str | None) -> proto.PodView:
         "restored": is_restored,
         "restored_message": restored["message"] if restored and is_restored else None,
         "annotations": annotations,
+        "policy_mode": policy["policy_mode"],
+        "policy_name": policy["policy_name"],
+        "policy_exists": policy["policy_exists"],
+        "post_checkpoint": policy["post_checkpoint"],
+        "policy_problem": policy["policy_problem"],
     }
 
 
@@ -472,7 +487,34 @@ class PodSnapshots:
         return _json(resp)
 
     async def pod_view(self) -> proto.PodView:
-        return pod_view(await self.read_pod(), self.config.pod_uid)
+        """The own pod and the policy that applies to it (read with the verbs the snapshot needs: ``get``)."""
+        pod = await self.read_pod()
+        return pod_view(pod, self.config.pod_uid, await self.policy_view())
+
+    async def policy_view(self) -> PolicyView:
+        """The policy part of :class:`~proto.PodView`; a policy that cannot be read is said, never raised."""
+        name, mode = self.config.policy_name, self.config.policy_mode
+        exists: bool | None
+        post: str | None
+        problem: str | None = None
+        try:
+            policy = await self._get(POLICIES, name)
+        except NotFound:
+            exists = False
+            post = self.config.post_checkpoint if mode == "create" else None
+        except Fault as fault:
+            exists, post, problem = None, None, fault.message
+        else:
+            exists = True
+            trigger = (policy.get("spec") or {}).get("triggerConfig") or {}
+            post = str(trigger.get("postCheckpoint") or proto.POST_CHECKPOINT_DEFAULT)
+        return {
+            "policy_mode": mode,
+            "policy_name": name,
+            "policy_exists": exists,
+            "post_checkpoint": post,
+            "policy_problem": problem,
+        }
 
     # -- policy ------------------------------------------------------------------
 
