@@ -174,6 +174,9 @@ def test_sidecar_down_preflight_says_so_and_the_suspend_is_refused(pod: Pod) -> 
     try:
         preflight = pod.server.api("POST", "suspend", {"dry_run": True})
         assert any("the sidecar does not answer" in note for note in preflight["notes"]), preflight["notes"]
+        # Not only a note: the dry run says a suspend would abort, and why.
+        assert len(preflight["would_abort"]) == 1, preflight["would_abort"]
+        assert "the sidecar does not answer" in preflight["would_abort"][0]
         status = suspend(pod.server)
         assert_still_running(pod, status)
         assert "the sidecar does not answer" in status["message"]
@@ -183,7 +186,13 @@ def test_sidecar_down_preflight_says_so_and_the_suspend_is_refused(pod: Pod) -> 
         pod.sidecar.start()
     assert pod.kube.calls[before:] == []  # nothing reached the API
     preflight = pod.server.api("POST", "suspend", {"dry_run": True})
-    assert any(note.startswith("The sidecar answers at") for note in preflight["notes"]), preflight["notes"]
+    assert preflight["would_abort"] == []
+    note = next(note for note in preflight["notes"] if note.startswith("The sidecar answers at"))
+    # The sidecar's facts about the policy (it runs with --policy-mode require).
+    assert (
+        "the snapshot policy 'notebook-snapshots' (installed by the platform team) stops the pod after the "
+        "checkpoint: the node can go back to the pool." in note
+    ), note
 
 
 @pytest.mark.parametrize(("behaviour", "reason"), [("trigger_fails", "Failed"), ("trigger_error", "Error")])
@@ -244,6 +253,12 @@ def test_policy_that_resumes_the_pod_releases_nothing_and_says_so(pod: Pod) -> N
     policy = ("podsnapshotpolicies", NAMESPACE, "notebook-snapshots")
     pod.kube.patch(GKE, *policy, {"spec": {"triggerConfig": {"postCheckpoint": "resume"}}})
     try:
+        # The dry run says it before: nothing would be released, the suspend would abort.
+        preflight = pod.server.api("POST", "suspend", {"dry_run": True})
+        assert len(preflight["would_abort"]) == 1, preflight["would_abort"]
+        assert "'notebook-snapshots' has postCheckpoint: resume" in preflight["would_abort"][0]
+        assert "release nothing" in preflight["would_abort"][0]
+        assert any("nothing would be released" in note for note in preflight["notes"]), preflight["notes"]
         status = suspend(pod.server)
     finally:
         pod.kube.patch(GKE, *policy, {"spec": {"triggerConfig": {"postCheckpoint": "stop"}}})

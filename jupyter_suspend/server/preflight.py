@@ -8,6 +8,7 @@ checkpoints; the lists of what is kept and lost come from
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from . import wording
@@ -58,15 +59,29 @@ def kernel_preflight(backend: Backend, record: KernelRecord, reply: KernelReply)
     }
 
 
+async def _backend_says(hook: Awaitable[list[str]], what: str) -> list[str]:
+    """A backend's preflight hook; one that fails says so instead of failing the dry run."""
+    try:
+        return list(await hook)
+    except Exception as exc:  # noqa: BLE001 - a dry run answers, never 500
+        return [wording.backend_check_failed(what, f"{type(exc).__name__}: {exc}")]
+
+
 async def preflight(
     environment: Environment, backend: Backend, *, state: str, can_suspend: bool, timeout: float
 ) -> dict[str, Any]:
     """The answer of ``POST suspend`` with ``dry_run``."""
     caps = backend.capabilities
     kernels = await environment.kernels()
-    replies = await asyncio.gather(*(probe(environment, k, timeout) for k in kernels))
+    # The kernels and the backend's own checks (the sidecar...) are asked at once.
+    replies, backend_notes, backend_blockers = await asyncio.gather(
+        asyncio.gather(*(probe(environment, k, timeout) for k in kernels)),
+        _backend_says(backend.preflight_notes(environment), "notes"),
+        _backend_says(backend.preflight_blockers(environment), "blockers"),
+    )
     per_kernel = [kernel_preflight(backend, r, reply) for r, reply in zip(kernels, replies, strict=True)]
     blocking = [r for r, k in zip(kernels, per_kernel, strict=True) if k["helper"] == "busy"]
+    busy = [] if caps.keeps_live_memory else [wording.would_abort(r) for r in blocking]
     return {
         "state": state,
         "backend": backend.describe(),
@@ -78,7 +93,7 @@ async def preflight(
         },
         "releases": {"kernel_memory": caps.releases_kernel_memory, "node": caps.releases_node},
         "kernels": per_kernel,
-        "notes": wording.preflight_notes(caps) + await backend.preflight_notes(environment),
-        "would_abort": [] if caps.keeps_live_memory else [wording.would_abort(r) for r in blocking],
+        "notes": wording.preflight_notes(caps) + backend_notes,
+        "would_abort": busy + backend_blockers,
         "can_suspend": can_suspend,
     }

@@ -194,6 +194,11 @@ def kernel_keeps_loses(
     return kept, lost
 
 
+def backend_check_failed(what: str, error: str) -> str:
+    """A preflight note or blocker when the backend's own check failed."""
+    return f"the backend's preflight {what} could not be checked: {error}"
+
+
 def would_abort(record: KernelRecord) -> str:
     return f"kernel {record.kernel_id} ({record.path or 'no notebook'}) is busy; wait, interrupt it, or use force"
 

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import psutil
 from traitlets import Bool, Float, Unicode, default
 
 from ...common import sidecar_protocol as proto
@@ -122,6 +121,54 @@ class _Progress:
     #: The last wall-clock time the return watcher saw no return (the freeze began after it).
     last_tick: float | None = None
     noted: set[str] = field(default_factory=set)
+
+    def times(self) -> list[float]:
+        """The times known of the steps before the freeze."""
+        steps = (self.requested_at, self.checkpoint_at, self.ready_at, self.stopped_at)
+        return [t for t in steps if t is not None]
+
+
+@dataclass
+class _SidecarFacts:
+    """What a dry run learns from the sidecar."""
+
+    #: Why the sidecar cannot serve a suspend (None: it answers).
+    problem: str | None = None
+    #: Its view of the pod and the snapshot policy (None: not read).
+    pod: proto.PodView | None = None
+    pod_error: str | None = None
+
+
+def _policy_note(facts: _SidecarFacts) -> str:
+    """The preflight's sentence about the snapshot policy, from the sidecar's pod view."""
+    pod = facts.pod
+    if pod is None or not pod.get("policy_name"):
+        why = f" (its view of the pod could not be read: {facts.pod_error})" if facts.pod_error else ""
+        return f"the pod's snapshot policy is the sidecar's (see its --policy-mode){why}."
+    name, mode, exists = pod["policy_name"], pod.get("policy_mode"), pod.get("policy_exists")
+    if mode == "require":
+        origin = "installed by the platform team"
+    elif exists:
+        origin = "created by the sidecar for this pod"
+    else:
+        origin = "the sidecar creates it for this pod at the first suspend"
+    policy = f"the snapshot policy '{name}' ({origin})"
+    if exists is None:
+        return f"{policy} could not be read: {pod.get('policy_problem') or 'no reason given'}."
+    if mode == "require" and not exists:
+        return (
+            f"the snapshot policy '{name}' does not exist yet: the platform team installs it; "
+            "until then a suspend is refused."
+        )
+    post = pod.get("post_checkpoint")
+    if post == proto.POST_CHECKPOINT_STOP:
+        return f"{policy} stops the pod after the checkpoint: the node can go back to the pool."
+    if post == proto.POST_CHECKPOINT_RESUME:
+        return (
+            f"{policy} has postCheckpoint: resume: the pod keeps running after the checkpoint, so nothing would "
+            "be released; a suspend aborts (set postCheckpoint: stop on the policy)."
+        )
+    return f"{policy} does not say what the pod does after the checkpoint ({post!r})."
 
 
 def _epoch(text: Any) -> float | None:
@@ -252,8 +299,11 @@ class GKEBackend(Backend):
         #: Journal entries of the last suspend cycle a previous process wrote (see :meth:`recall`).
         self._cycle: list[dict[str, Any]] = []
         self._background: set[asyncio.Task[None]] = set()
-        #: When this server process (in a cold pod: the pod) started, as near as the backend knows.
-        self.started_at = _process_start() or time.time()
+        #: The read of the sidecar facts in flight (the notes and the blockers of a dry run share it).
+        self._facts: asyncio.Future[_SidecarFacts] | None = None
+        #: When this server process (in a cold pod: the pod) started, as near as the backend knows: when it
+        #: was loaded (a process's start time from /proc has whole-second error: the boot time's).
+        self.started_at = time.time()
 
     # -- parts -------------------------------------------------------------------------
 
@@ -286,16 +336,53 @@ class GKEBackend(Backend):
             return f"the sidecar's secret {client.secret_path} is missing (is the sidecar starting?)"
         return None
 
-    async def preflight_notes(self, environment: Any) -> list[str]:
+    async def _preflight_facts(self) -> _SidecarFacts:
+        """The sidecar's health and its view of the pod and policy, read once for the notes and the
+        blockers of one dry run (a read in flight is shared), each call bounded by the health timeout."""
+        if self._facts is None or self._facts.done():
+            self._facts = asyncio.ensure_future(self._read_facts())
+        return await asyncio.shield(self._facts)
+
+    async def _read_facts(self) -> _SidecarFacts:
         problem = await self.sidecar_problem()
         if problem:
-            return [f"A suspend would be refused now: {problem}. Nothing would be released."]
+            return _SidecarFacts(problem=problem)
+        try:
+            pod = await self.client(timeout=min(HEALTH_TIMEOUT, self.sidecar_timeout)).pod()
+        except (SidecarError, SidecarUnavailable) as exc:
+            return _SidecarFacts(pod_error=str(exc))
+        return _SidecarFacts(pod=pod)
+
+    async def preflight_notes(self, environment: Any) -> list[str]:
+        facts = await self._preflight_facts()
+        if facts.problem:
+            return [f"A suspend would be refused now: {facts.problem}. Nothing would be released."]
         return [
-            f"The sidecar answers at {self.sidecar_socket}; the pod's snapshot policy is the sidecar's "
-            "(see its --policy-mode).",
+            f"The sidecar answers at {self.sidecar_socket}; {_policy_note(facts)}",
             "The whole pod is snapshotted, stopped and restored by the platform; "
             "if no compatible snapshot exists the pod starts cold and the application checkpoints are restored.",
         ]
+
+    async def preflight_blockers(self, environment: Any) -> list[str]:
+        """What would make a suspend abort now: the sidecar, a missing required policy, ``postCheckpoint: resume``."""
+        facts = await self._preflight_facts()
+        if facts.problem:
+            return [f"the snapshot cannot be requested: {facts.problem}"]
+        pod = facts.pod
+        if pod is None:
+            return []  # the sidecar answers; what it could not read is in the notes
+        name = pod.get("policy_name")
+        if pod.get("policy_mode") == "require" and pod.get("policy_exists") is False:
+            return [
+                f"the snapshot policy '{name}' does not exist: the platform team installs it "
+                "(the sidecar runs with --policy-mode require), and until then a suspend is refused"
+            ]
+        if pod.get("post_checkpoint") == proto.POST_CHECKPOINT_RESUME:
+            return [
+                f"the snapshot policy '{name}' has postCheckpoint: resume: the pod keeps running after the "
+                "checkpoint, so a suspend would release nothing and abort (set postCheckpoint: stop)"
+            ]
+        return []
 
     # -- suspend -----------------------------------------------------------------------
 
@@ -632,7 +719,8 @@ class GKEBackend(Backend):
                     record(
                         EV_POD_RESTORED,
                         mark="pod_restored",
-                        mark_at=_epoch(condition_time) or seen_at,
+                        # Whole seconds: never before what happened in the old pod.
+                        mark_at=max(_epoch(condition_time) or seen_at, *progress.times()),
                         trigger=progress.trigger,
                         snapshot=progress.snapshot,
                         pod_restored_message=pod.get("restored_message"),
@@ -742,14 +830,6 @@ class GKEBackend(Backend):
             kernels_restarted=len(outcome.kernels),
         )
         return outcome
-
-
-def _process_start() -> float | None:
-    """This process's start time (epoch seconds), from /proc; None where it cannot be read."""
-    try:
-        return float(psutil.Process().create_time())
-    except psutil.Error:
-        return None
 
 
 def _when(epoch: Any) -> str:
