@@ -52,7 +52,11 @@ def _no_constant(name: str) -> Any:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
+    """Cut the middle: jsonschema quotes the value first and says what is wrong with it last."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    half = (MAX_MESSAGE_CHARS - 1) // 2
+    return text[:half] + "…" + text[-half:]
 
 
 @cache
