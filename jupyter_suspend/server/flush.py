@@ -16,8 +16,12 @@ files only; a busy kernel that does not answer in time is reported as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,10 +208,8 @@ async def reload_application_checkpoints(
     step = operation.step("restore.checkpoints")
     by_kernel = {f["kernel_id"]: f for f in flushed_kernels if f.get("status") == "checkpointed"}
     reloaded: dict[str, Any] = {}
-    for kernel in kernels:
-        flushed = by_kernel.get(kernel.kernel_id)
-        if flushed is None or kernel.runnable_at is None:
-            continue
+
+    async def one(kernel: RestoredKernel, flushed: dict[str, Any]) -> dict[str, Any]:
         reply = await environment.load_helper_and_request(
             kernel.kernel_id,
             "restore",
@@ -216,12 +218,138 @@ async def reload_application_checkpoints(
             names=[c.get("name") for c in flushed.get("checkpoints", []) if c.get("name")],
             operation_id=operation.id,
         )
-        reloaded[kernel.kernel_id] = {
+        return {
             "path": kernel.path,
             "outcome": reply.outcome.value,
             "message": reply.message,
             **{key: reply.content.get(key, []) for key in ("restored", "missing", "failed")},
         }
+
+    # Every kernel reads its own checkpoints at once (each verifies its own
+    # hashes): a resume waits for the slowest kernel, not for their sum.
+    todo = [
+        (kernel, by_kernel[kernel.kernel_id])
+        for kernel in kernels
+        if kernel.kernel_id in by_kernel and kernel.runnable_at is not None
+    ]
+    answers = await asyncio.gather(*(one(kernel, flushed) for kernel, flushed in todo))
+    for (kernel, _), answer in zip(todo, answers, strict=True):
+        reloaded[kernel.kernel_id] = answer
     failed = [r for r in reloaded.values() if r["outcome"] != "ok"]
     step.finish("failed" if failed else "ok", f"{len(reloaded) - len(failed)} kernel(s) restored", kernels=reloaded)
     return reloaded
+
+
+# -- page-cache warm-up while restarted kernels start ----------------------------
+
+_GENERATION_RE = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}")
+_PREFETCH_BLOCK = 8 * 2**20
+
+
+def newest_generation_files(folder: Path) -> list[Path]:
+    """The files of a checkpoint folder's newest complete generation, in the
+    order a restore reads them (manifest, then each name's files by name);
+    empty when there is none. Only a hint for the page cache: the kernel
+    reads and verifies the checkpoints itself."""
+    try:
+        candidates = sorted(
+            (c for c in folder.iterdir() if _GENERATION_RE.fullmatch(c.name) and (c / "manifest.json").is_file()),
+            key=lambda c: c.name,
+            reverse=True,
+        )
+    except OSError:
+        return []
+    if not candidates:
+        return []
+    generation = candidates[0]
+    files: list[Path] = [generation / "manifest.json"]
+    try:
+        manifest = json.loads(files[0].read_bytes())
+        objects = manifest["objects"]
+        for name in sorted(objects):
+            entry = objects[name]
+            for key in ("pickle", "data", "callbacks"):
+                if isinstance(entry.get(key), dict) and isinstance(entry[key].get("file"), str):
+                    files.append(generation / entry[key]["file"])
+            if isinstance(entry.get("folder"), str):
+                files += sorted(p for p in (generation / entry["folder"]).rglob("*") if p.is_file())
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        files += sorted(p for p in generation.rglob("*") if p.is_file() and p != files[0])
+    seen: set[Path] = set()
+    inside = generation.resolve()
+    ordered = []
+    for path in files:
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):
+            continue
+        if real in seen or not real.is_relative_to(inside) or not real.is_file():
+            continue
+        seen.add(real)
+        ordered.append(real)
+    return ordered
+
+
+class CheckpointPrefetch:
+    """Read checkpoint files into the page cache in a background thread, so that
+    a resume's disk reads overlap with the kernels' start-up and imports (the
+    kernels then read them from memory, still checking every chunk's SHA-256).
+
+    Skipped when the files would not fit in half of the available memory
+    (warming them would only evict each other). :meth:`stop` ends it early.
+    """
+
+    def __init__(self, folders: list[Path], available_bytes: int | None = None):
+        self.files = [f for folder in folders for f in newest_generation_files(folder)]
+        self.total_bytes = 0
+        for path in self.files:
+            with contextlib.suppress(OSError):
+                self.total_bytes += path.stat().st_size
+        self.available_bytes = available_bytes
+        self.bytes_read = 0
+        self.seconds = 0.0
+        self.skipped = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CheckpointPrefetch:
+        if not self.files:
+            self.skipped = "no checkpoint files"
+        elif self.available_bytes is not None and self.total_bytes > self.available_bytes // 2:
+            self.skipped = "larger than half the available memory"
+        else:
+            self._thread = threading.Thread(target=self._run, name="jupyter-suspend-prefetch", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        block = bytearray(_PREFETCH_BLOCK)
+        view = memoryview(block)
+        for path in self.files:
+            if self._stop.is_set():
+                break
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                with contextlib.suppress(AttributeError, OSError):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                while not self._stop.is_set():
+                    got = os.readv(fd, [view])
+                    if not got:
+                        break
+                    self.bytes_read += got
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        self.seconds = time.monotonic() - started

@@ -5,19 +5,25 @@ shuts them down so that their memory and GPU memory go back to the machine.
 Resume starts the same kernels under the same kernel and session ids (so an
 open notebook reconnects), waits until each can run a cell, and reports a
 *cold* restore: live state only comes back through application checkpoints.
+While the kernels start, their newest checkpoint files are read into the page
+cache in a background thread (:class:`~jupyter_suspend.server.flush.CheckpointPrefetch`),
+so that the disk reads overlap with the kernels' start-up; the kernels still
+read and verify every chunk themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
-from traitlets import Float, Integer
+from traitlets import Bool, Float, Integer
 
 from .. import wording
 from ..environment import Environment, KernelRecord
+from ..flush import CheckpointPrefetch, checkpoint_dir_for
 from ..resources import GpuProbe, measure, wait_until_gone
 from ..states import CapacityUnavailable, FlushFailed, RestoreFailed, RestoreKind, State
 from .base import (
@@ -60,10 +66,17 @@ class LocalBackend(Backend):
         "below it the environment waits for capacity. 0 disables the check.",
     )
     capacity_retry_seconds = Float(5.0, config=True, help="Seconds between capacity checks while waiting.")
+    prefetch_checkpoints = Bool(
+        True,
+        config=True,
+        help="Read the kernels' newest checkpoint files into the page cache while a resume "
+        "restarts the kernels (skipped when they would not fit in half the available memory).",
+    )
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.gpu = GpuProbe()
+        self._prefetch: CheckpointPrefetch | None = None
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "gpu_measurement": self.gpu.reason}
@@ -127,6 +140,7 @@ class LocalBackend(Backend):
         self._check_capacity()
         capacity_available_at = time.time()
         records = [KernelRecord.from_dict(k) for k in ctx.resume_plan.get("kernels", [])]
+        self._start_prefetch(ctx, records)
 
         async def start(record: KernelRecord) -> RestoredKernel:
             result = RestoredKernel(record.kernel_id, record.session_id, record.path, record.kernel_name, None)
@@ -159,6 +173,27 @@ class LocalBackend(Backend):
             kernels=kernels,
             capacity_available_at=capacity_available_at,
         )
+
+    def _start_prefetch(self, ctx: RestoreContext, records: list[KernelRecord]) -> None:
+        """Warm the page cache with the checkpoints the kernels will read once started."""
+        from ..app import KERNEL_CHECKPOINT_DIR_ENV  # the app imports its backends by name
+
+        root = ctx.kernel_env.get(KERNEL_CHECKPOINT_DIR_ENV)
+        if not self.prefetch_checkpoints or not root or not records:
+            return
+        if self._prefetch is not None:
+            self._prefetch.stop()
+        folders = [checkpoint_dir_for(Path(root), r) for r in records]
+        try:
+            available = int(psutil.virtual_memory().available)
+        except Exception:  # noqa: BLE001 - unknown memory: do not warm
+            return
+        self._prefetch = CheckpointPrefetch(folders, available).start()
+
+    async def stop(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.stop()
+        await super().stop()
 
     def interpret_cold_start(self, last_state: State, last_entry: dict[str, Any] | None) -> ColdStartVerdict:
         when = last_entry.get("time", "an unknown time") if last_entry else "an unknown time"
