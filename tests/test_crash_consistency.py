@@ -99,10 +99,13 @@ class Scenario:
             for path in (control, Path(f"{control}.tripped"), Path(f"{control}.reached")):
                 path.unlink(missing_ok=True)
 
-    def restart(self) -> ServerProcess:
-        """SIGKILL the server (its kernels die with it, as in a lost pod) and start another."""
+    def restart(self, journal_fault: str = "") -> ServerProcess:
+        """SIGKILL the server (its kernels die with it, as in a lost pod) and start another
+        (on a healed disk, or with ``journal_fault`` failing the journal from the start)."""
         self.server.stop(signal.SIGKILL)
         self.heal()
+        if journal_fault:
+            (self.base / "journal-fault").write_text(journal_fault)
         self.server = ServerProcess(self.base, self.state_dir, self.config).start()
         return self.server
 
@@ -387,6 +390,33 @@ def test_journal_write_fails(scenario: Scenario, kind: str, error: str, written:
     status = scenario.restart().api("GET", "status")
     assert_state_is_true(scenario, status)
     assert_nothing_lost(scenario, kept)
+    retry(scenario, kept)
+    rearm(scenario, kept)
+
+
+def test_disk_full_when_the_server_starts_again(scenario: Scenario) -> None:
+    """Killed after the kernels stopped, restarted on a full disk: the extension loads,
+    reads the journal (suspended, resumable), refuses a resume it could not record,
+    and resumes once the disk has room."""
+    kept = scenario.new
+    scenario.pause.write_text("release.after")
+    scenario.server.api("POST", "suspend", {}, expect=202)
+    wait_for(Path(f"{scenario.pause}.reached"))
+
+    server = scenario.restart(journal_fault="recovered ENOSPC")
+    status = server.api("GET", "status")
+    assert status["state"] == "suspended", status
+    assert status["can_resume"] is True, status
+    assert journal_state(scenario.state_dir) == "snapshotting"  # the recovery could not be recorded
+    assert server.request("GET", "api/kernels")[1] == []
+    answer = server.api("POST", "resume", {}, expect=409)
+    assert "No space left on device" in json.dumps(answer), answer
+    status = server.api("GET", "status")
+    assert status["state"] == "suspended", status
+    assert status["can_resume"] is True, status
+    assert_nothing_lost(scenario, kept)
+
+    scenario.heal()
     retry(scenario, kept)
     rearm(scenario, kept)
 
