@@ -42,6 +42,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}/"
         self.extra_config = extra_config
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
         self.log_path = base / f"server-{self.port}.log"
 
     def env(self) -> dict[str, str]:
@@ -71,7 +72,7 @@ class ServerProcess:
             f"c.SuspendApp.state_dir = {str(self.state_dir)!r}\n"
             "c.SuspendApp.flush_kernel_timeout = 20.0\n" + self.extra_config
         )
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        log = self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -103,6 +104,7 @@ class ServerProcess:
         """SIGTERM shuts the server down cleanly (kernels included); SIGKILL
         models a lost pod, and the kernels it orphans are killed here."""
         if self.process is None or self.process.poll() is not None:
+            self._close_log()
             return
         try:
             children = psutil.Process(self.process.pid).children(recursive=True)
@@ -117,6 +119,12 @@ class ServerProcess:
         for child in children:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def kernel_client(self, kernel_id: str) -> BlockingKernelClient:
         """A client of one of this server's kernels, through its connection file."""
