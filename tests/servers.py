@@ -126,13 +126,26 @@ class ServerProcess:
             self._log.close()
             self._log = None
 
-    def kernel_client(self, kernel_id: str) -> BlockingKernelClient:
-        """A client of one of this server's kernels, through its connection file."""
-        client = BlockingKernelClient(connection_file=str(self.base / "runtime" / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
-        client.wait_for_ready(timeout=60)
-        return client
+    def kernel_client(self, kernel_id: str, timeout: float = 60.0) -> BlockingKernelClient:
+        """A client of one of this server's kernels, through its connection file.
+
+        On a loaded machine a kernel that is still starting can miss its first heartbeats, and
+        ``wait_for_ready`` takes it for dead ("Kernel died before replying to kernel_info"): a new
+        client tries again until ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            client = BlockingKernelClient(connection_file=str(self.base / "runtime" / f"kernel-{kernel_id}.json"))
+            client.load_connection_file()
+            client.start_channels()
+            try:
+                client.wait_for_ready(timeout=max(1.0, deadline - time.monotonic()))
+                return client
+            except RuntimeError:
+                client.stop_channels()
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()

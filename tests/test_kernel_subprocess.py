@@ -6,7 +6,6 @@ checkpointed names are back and ``%verify_live_state`` says COLD."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +88,7 @@ def test_a_kernel_started_normally_writes_checkpoints_under_the_configured_state
             "POST", "api/sessions", {"path": "plain.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
         )
         assert code == 201, session
-        client = _connect(server, session["kernel"]["id"])
+        client = server.kernel_client(session["kernel"]["id"])
         try:
             out, _ = run(client, "%load_ext jupyter_suspend\nx = [1, 2]\n%checkpoint save x")
         finally:
@@ -101,16 +100,3 @@ def test_a_kernel_started_normally_writes_checkpoints_under_the_configured_state
         assert not (tmp_path / "data" / "jupyter_suspend" / "checkpoints").exists()
     finally:
         server.stop()
-
-
-def _connect(server: ServerProcess, kernel_id: str, attempts: int = 3) -> BlockingKernelClient:
-    """On a loaded machine a kernel that is still starting can miss its first
-    heartbeats, and the client takes it for dead: try again."""
-    for attempt in range(attempts):
-        try:
-            return server.kernel_client(kernel_id)
-        except RuntimeError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(2)
-    raise AssertionError("unreachable")
