@@ -33,6 +33,7 @@ from jupyter_suspend.server.backends.base import (
     ReturnedLive,
     Suspended,
 )
+from jupyter_suspend.server.backends.gke import GKEBackend
 from jupyter_suspend.server.backends.local import LocalBackend
 from jupyter_suspend.server.environment import KernelRecord, KernelReply, ReplyOutcome
 from jupyter_suspend.server.journal import Journal, JournalWriteError
@@ -43,15 +44,7 @@ from jupyter_suspend.server.states import RestoreKind, State
 LOCAL_LIKE = LocalBackend.capabilities
 #: A pod-snapshot platform (GKE Pod Snapshots): live and GPU memory kept, the
 #: node released, a sidecar needed, the server frozen with the pod, resumed by the platform.
-GKE_LIKE = Capabilities(
-    keeps_live_memory=True,
-    keeps_gpu_memory=True,
-    releases_kernel_memory=True,
-    releases_node=True,
-    needs_sidecar=True,
-    server_survives_suspend=False,
-    resume_from_server=False,
-)
+GKE_LIKE = GKEBackend.capabilities
 
 _pids = itertools.count(4000)
 
