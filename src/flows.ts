@@ -125,7 +125,7 @@ async function runOperation(
   try {
     started = await start();
   } catch (reason) {
-    await settle({
+    settle({
       id: notificationId,
       message: `${refused}: ${errorMessage(reason)}`,
       type: 'error',
@@ -234,10 +234,34 @@ export async function whenToastShown(id: string): Promise<void> {
   }
 }
 
+/**
+ * Changes of one notification, applied in the order asked, each once the
+ * toast has been shown long enough. Callers do not wait for them: an
+ * operation has ended when the server says so, and the next one may start
+ * (a Resume clicked the moment "Suspended" shows) while its toast settles.
+ */
+const toastChanges = new Map<string, Promise<void>>();
+
+function whenShown(id: string, change: () => void): void {
+  const next = (toastChanges.get(id) ?? Promise.resolve())
+    .then(() => whenToastShown(id))
+    .then(change);
+  toastChanges.set(id, next);
+  void next.finally(() => {
+    if (toastChanges.get(id) === next) {
+      toastChanges.delete(id);
+    }
+  });
+}
+
 /** Give notification `args.id` its final text, once it is shown. */
-async function settle(args: Notification.IUpdate<ReadonlyJSONValue>) {
-  await whenToastShown(args.id);
-  Notification.update(args);
+function settle(args: Notification.IUpdate<ReadonlyJSONValue>): void {
+  whenShown(args.id, () => Notification.update(args));
+}
+
+/** Dismiss notification `id`, once it is shown (after its pending changes). */
+function dismissWhenShown(id: string): void {
+  whenShown(id, () => Notification.dismiss(id));
 }
 
 /** Let the user know the environment is not in a state to do this. */
@@ -323,7 +347,7 @@ export class SuspendFlows {
         return null;
       }
       const { operationId, final } = run;
-      await this._reportSuspend(final, operationId, notificationId);
+      this._reportSuspend(final, operationId, notificationId);
       return final;
     } catch (reason) {
       Notification.error(trans.__('Suspend failed: %1', errorMessage(reason)), {
@@ -333,11 +357,11 @@ export class SuspendFlows {
     }
   }
 
-  private async _reportSuspend(
+  private _reportSuspend(
     final: IStatus,
     operationId: string,
     notificationId: string
-  ): Promise<void> {
+  ): void {
     const { trans } = this._deps;
     const op = final.operation?.id === operationId ? final.operation : null;
     if (op?.outcome === 'aborted') {
@@ -350,7 +374,7 @@ export class SuspendFlows {
         'Suspend aborted, nothing was released: %1',
         reason
       );
-      await settle({
+      settle({
         id: notificationId,
         message,
         type: 'warning',
@@ -358,7 +382,7 @@ export class SuspendFlows {
         actions: [detailsAction(trans, trans.__('Suspend aborted'), message)]
       });
     } else if (final.state === 'failed') {
-      await settle({
+      settle({
         id: notificationId,
         message: trans.__(
           'Suspend failed: %1 Next step: %2',
@@ -383,7 +407,7 @@ export class SuspendFlows {
     } else if (final.state === 'suspended') {
       const released = releasedSummary(op, trans);
       this._suspendNotice = notificationId;
-      await settle({
+      settle({
         id: notificationId,
         message: released
           ? trans.__('Suspended: %1.', released)
@@ -401,7 +425,7 @@ export class SuspendFlows {
           : []
       });
     } else {
-      await settle({
+      settle({
         id: notificationId,
         message: trans.__('Suspend ended: %1', final.message || final.state),
         type: 'info',
@@ -418,7 +442,7 @@ export class SuspendFlows {
     const { model, trans } = this._deps;
     // "Suspended … [Resume]" is stale from here on.
     if (this._suspendNotice) {
-      Notification.dismiss(this._suspendNotice);
+      dismissWhenShown(this._suspendNotice);
       this._suspendNotice = null;
     }
     const notificationId = Notification.emit(
@@ -441,10 +465,9 @@ export class SuspendFlows {
       if (final.state === 'ready' && final.restore === 'cold') {
         // The cold-restore announcement (notify.ts) says it all, with the
         // action to restore the checkpoints: no second toast.
-        await whenToastShown(notificationId);
-        Notification.dismiss(notificationId);
+        dismissWhenShown(notificationId);
       } else if (final.state === 'ready') {
-        await settle({
+        settle({
           id: notificationId,
           message: trans.__('Ready: %1 restore', final.restore ?? ''),
           type: 'success',
@@ -456,7 +479,7 @@ export class SuspendFlows {
           final.failure?.reason ?? final.message,
           final.failure?.next_step ?? ''
         );
-        await settle({
+        settle({
           id: notificationId,
           message,
           type: 'error',
@@ -466,7 +489,7 @@ export class SuspendFlows {
       }
       return final;
     } catch (reason) {
-      await settle({
+      settle({
         id: notificationId,
         message: trans.__('Resume failed: %1', errorMessage(reason)),
         type: 'error',
@@ -516,7 +539,7 @@ export class SuspendFlows {
     const { operationId, final } = run;
     const op = final.operation?.id === operationId ? final.operation : null;
     const kernelsStep = op?.steps.find(s => s.name === 'flush.kernels');
-    await settle({
+    settle({
       id: notificationId,
       message:
         op?.outcome === 'succeeded'

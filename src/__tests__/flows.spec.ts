@@ -88,8 +88,14 @@ it('a suspend the server aborts at once ends in one notification saying why', as
     return { operation: op, status: { ...current, operation: op } } as IStarted;
   });
 
+  const started = Date.now();
   const final = await flows.suspend();
   expect(final?.operation?.outcome).toBe('aborted');
+  // The operation is over: the next one may start at once (a Resume clicked
+  // the moment "Suspended" shows was dropped while the toast settled).
+  expect(Date.now() - started).toBeLessThan(TOAST_SETTLE_MS);
+  expect(flows.guard.busy).toBe(false);
+  await new Promise(resolve => setTimeout(resolve, TOAST_SETTLE_MS + 100));
   const shown = Notification.manager.notifications;
   expect(shown.map(n => n.message)).toEqual([
     'Suspend aborted, nothing was released: notebook c.ipynb on disk is not valid JSON'

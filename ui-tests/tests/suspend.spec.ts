@@ -394,6 +394,9 @@ test('a document that cannot be saved stops the suspend before it starts', async
   const file = `${tmpPath}/gone/draft.ipynb`;
   await openNotebook(page, file, ['draft = 1']);
   await page.notebook.setCell(0, 'code', 'draft = 2  # unsaved');
+  // The file browser leaves the folder first: showing a folder that vanished
+  // makes JupyterLab open a "Directory not found" dialog of its own.
+  await page.filebrowser.openDirectory(tmpPath);
   // The folder moves away under the open notebook: saving must fail.
   const moved = await request.patch(`/api/contents/${tmpPath}/gone`, {
     data: { path: `${tmpPath}/moved-away` }
