@@ -153,8 +153,8 @@ async def test_a_session_behind_the_guards_back_is_ended_by_the_resume(
 def test_refused_while_the_recorded_kernel_awaits_the_resume(state: State, lead: str) -> None:
     lifecycle = SimpleNamespace(
         state=state,
-        _resume_plan={"kernels": [{"kernel_id": "k1", "path": "a.ipynb"}, {"kernel_id": "k2", "path": None}]},
-        _flushed_kernels=[{"kernel_id": "k1", "checkpoints": [{"name": "weights"}, {"name": "step"}]}],
+        resume_plan={"kernels": [{"kernel_id": "k1", "path": "a.ipynb"}, {"kernel_id": "k2", "path": None}]},
+        flushed_kernels=[{"kernel_id": "k1", "checkpoints": [{"name": "weights"}, {"name": "step"}]}],
     )
     refuse = lifecycle_refusal(lifecycle)
     message = refuse("a.ipynb")
@@ -166,5 +166,5 @@ def test_refused_while_the_recorded_kernel_awaits_the_resume(state: State, lead:
 
 @pytest.mark.parametrize("state", [State.RUNNING, State.READY, State.FLUSHING, State.FAILED])
 def test_nothing_refused_without_a_resume_plan(state: State) -> None:
-    lifecycle = SimpleNamespace(state=state, _resume_plan=None, _flushed_kernels=[])
+    lifecycle = SimpleNamespace(state=state, resume_plan=None, flushed_kernels=[])
     assert lifecycle_refusal(lifecycle)("a.ipynb") is None

@@ -106,6 +106,16 @@ class Lifecycle:
         self._flushed_kernels: list[dict[str, Any]] = []
         self._activity_before_preflight: tuple[float, float | None] | None = None
 
+    @property
+    def resume_plan(self) -> dict[str, Any] | None:
+        """What a resume needs (the backend's plan from the last suspend); None: nothing to resume."""
+        return self._resume_plan
+
+    @property
+    def flushed_kernels(self) -> list[dict[str, Any]]:
+        """Each kernel's checkpoint answer at the last suspend (what a resume loads back)."""
+        return self._flushed_kernels
+
     # -- start-up -------------------------------------------------------------
     def recover(self) -> None:
         """Read the journal a previous process left and decide where we are."""

@@ -83,14 +83,12 @@ def lifecycle_refusal(lifecycle: Any) -> Refusal:
 
     def refuse(path: str) -> str | None:
         state = lifecycle.state
-        # The plan and the flush results the core keeps for the resume (read only).
-        plan = getattr(lifecycle, "_resume_plan", None)
+        plan = lifecycle.resume_plan
         if state not in AWAITING_RESUME or not isinstance(plan, dict):
             return None
         for kernel in plan.get("kernels") or []:
             if isinstance(kernel, dict) and kernel.get("path") == path:
-                flushed = getattr(lifecycle, "_flushed_kernels", None) or []
-                return refusal_message(state, path, _holds(kernel.get("kernel_id"), flushed))
+                return refusal_message(state, path, _holds(kernel.get("kernel_id"), lifecycle.flushed_kernels))
         return None
 
     return refuse
