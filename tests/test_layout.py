@@ -12,10 +12,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_suspend"
 
 #: package -> sibling packages it must never import.
 FORBIDDEN = {
-    "kernel": {"server", "sidecar"},
-    "sidecar": {"server", "kernel"},
-    "common": {"server", "kernel", "sidecar"},
-    "server": {"kernel", "sidecar"},
+    "kernel": {"server", "sidecar", "cli"},
+    "sidecar": {"server", "kernel", "cli"},
+    "common": {"server", "kernel", "sidecar", "cli"},
+    "server": {"kernel", "sidecar", "cli"},
+    # The command line reads journals with the server's own pure readers (journal, replay); it never runs
+    # inside the sidecar or a kernel.
+    "cli": {"sidecar", "kernel"},
 }
 
 
