@@ -20,7 +20,7 @@ SUBCOMMANDS = {
 class SuspendCommandApp(GroupApp):
     name = "suspend"
     description = "Suspend and resume notebook environments from outside, manage snapshots, measure what it saved."
-    subcommands = SUBCOMMANDS  # type: ignore[assignment]
+    subcommands = SUBCOMMANDS
 
 
 main = SuspendCommandApp.launch_instance

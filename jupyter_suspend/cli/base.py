@@ -59,7 +59,7 @@ class CommandApp(JupyterApp):
         finally:
             self._initializing = False
 
-    def exit(self, exit_status: int | str | None = 0) -> NoReturn:
+    def exit(self, exit_status: int | str | None = 0) -> None:
         # traitlets reports unknown flags and bad trait values with exit status 1; for us that is a usage error.
         if self._initializing and exit_status == 1:
             exit_status = EXIT_USAGE
@@ -68,7 +68,7 @@ class CommandApp(JupyterApp):
     def usage_error(self, message: str) -> NoReturn:
         print(f"jupyter {self.name}: error: {message}", file=sys.stderr)
         print(f"(see: jupyter {self.name} --help)", file=sys.stderr)
-        self.exit(EXIT_USAGE)
+        raise SystemExit(EXIT_USAGE)
 
     def start(self) -> None:
         if self.subapp is not None:  # a group command dispatching to a leaf
