@@ -24,7 +24,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +47,30 @@ def _open_notebook(server: ServerProcess, name: str, kernel_name: str = "python3
         "POST", "api/sessions", {"path": name, "name": name, "type": "notebook", "kernel": {"name": kernel_name}}
     )
     assert code == 201, session
-    kernel_id = session["kernel"]["id"]
-    for attempt in range(3):  # a kernel_info round trip, which the server sees as busy, then idle
-        try:
-            server.kernel_client(kernel_id).stop_channels()
-            break
-        except RuntimeError:  # heartbeat missed on a loaded machine
-            if attempt == 2:
-                raise
-    _wait(lambda: server.request("GET", f"api/kernels/{kernel_id}")[1].get("execution_state") == "idle")
+    _settle_kernel(server, session["kernel"]["id"])
     return dict(session)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 60) -> None:
+def _settle_kernel(server: ServerProcess, kernel_id: str, timeout: float = 60) -> None:
+    """Until the server reports the kernel idle: kernel_info round trips, each a busy -> idle on iopub.
+
+    The server learns the state from iopub only; it can miss a kernel's first status messages (it
+    subscribes late on a loaded machine) and then says "starting" until the next one. A new round trip
+    every few seconds gives it one, where a single round trip and a long wait could time out.
+    """
     deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
+    client = server.kernel_client(kernel_id, timeout=timeout)
+    try:
+        while True:
+            client.kernel_info(reply=True, timeout=max(1.0, deadline - time.monotonic()))
+            round_end = min(deadline, time.monotonic() + 3.0)
+            while time.monotonic() < round_end:
+                if server.request("GET", f"api/kernels/{kernel_id}")[1].get("execution_state") == "idle":
+                    return
+                time.sleep(0.1)
+            assert time.monotonic() < deadline, f"the server never reported kernel {kernel_id} idle"
+    finally:
+        client.stop_channels()
 
 
 def _install_kernelspec(server: ServerProcess, name: str) -> Path:
@@ -100,7 +106,7 @@ def record(base: Path) -> dict[str, Any]:
         answers["status_ready_cold"] = server.wait(lambda s: s["operation"]["kind"] == "resume" and _settled(s))
         assert answers["status_ready_cold"]["state"] == "ready", answers["status_ready_cold"]
         answers["timeline"] = server.api("GET", "timeline")
-        _wait(lambda: server.request("GET", f"api/kernels/{kernel_id}")[1].get("execution_state") == "idle")
+        _settle_kernel(server, kernel_id)
         answers["verify_cold"] = server.api("POST", "verify", {"kernel_id": kernel_id})
 
         # A kernel whose environment disappears while suspended cannot come back: failed
