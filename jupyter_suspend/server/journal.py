@@ -253,6 +253,40 @@ def _describe(path: Path, exc: OSError) -> str:
     return f"the journal {path} cannot be written ({exc.strerror or exc})"
 
 
+def read_journal_file(path: Path) -> JournalReadout:
+    """Read every valid entry of a journal file (no side effects: the command line's reports use it too);
+    report (never raise on) unreadable, torn, corrupt or invalid lines."""
+    readout = JournalReadout()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return readout
+    except OSError as exc:
+        readout.problems.append(JournalProblem(0, "unusable", str(path), _describe(path, exc)))
+        return readout
+    lines = raw.split(b"\n")
+    ends_with_newline = raw.endswith(b"\n")
+    if ends_with_newline:
+        lines = lines[:-1]
+    for index, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        entry, why = _parse_line(line)
+        if entry is None:
+            is_last = index == len(lines)
+            if is_last and not ends_with_newline:
+                kind = "truncated_tail"
+            elif why.startswith("not JSON") or why.startswith("nested"):
+                kind = "corrupt"
+            else:
+                kind = "invalid"
+            excerpt = line[:_EXCERPT].decode("utf-8", errors="replace")
+            readout.problems.append(JournalProblem(index, kind, excerpt, why))
+            continue
+        readout.entries.append(entry)
+    return readout
+
+
 # -- the journal -----------------------------------------------------------------
 
 
@@ -284,6 +318,9 @@ class Journal:
         self._rotate_at = max_bytes
         #: How often the file was rewritten by rotation (for tests and the log).
         self.rotations = 0
+        #: Called with each entry once it is durable (the metrics follow the journal this way); never
+        #: with an entry that failed to write. A listener that raises is dropped from this append only.
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -382,40 +419,15 @@ class Journal:
                 size = 0
             if size > self._rotate_at:
                 self._rotate(size)
-            return entry
+        for listener in list(self.listeners):
+            with contextlib.suppress(Exception):  # an observer never fails the lifecycle's append
+                listener(entry)
+        return entry
 
     # -- reading --------------------------------------------------------------
     def read(self) -> JournalReadout:
         """Read every valid entry; report (never raise on) unreadable, torn, corrupt or invalid lines."""
-        readout = JournalReadout()
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return readout
-        except OSError as exc:
-            readout.problems.append(JournalProblem(0, "unusable", str(self.path), _describe(self.path, exc)))
-            return readout
-        lines = raw.split(b"\n")
-        ends_with_newline = raw.endswith(b"\n")
-        if ends_with_newline:
-            lines = lines[:-1]
-        for index, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            entry, why = _parse_line(line)
-            if entry is None:
-                is_last = index == len(lines)
-                if is_last and not ends_with_newline:
-                    kind = "truncated_tail"
-                elif why.startswith("not JSON") or why.startswith("nested"):
-                    kind = "corrupt"
-                else:
-                    kind = "invalid"
-                excerpt = line[:_EXCERPT].decode("utf-8", errors="replace")
-                readout.problems.append(JournalProblem(index, kind, excerpt, why))
-                continue
-            readout.entries.append(entry)
-        return readout
+        return read_journal_file(self.path)
 
     # -- rotation -------------------------------------------------------------
     def _keep(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
