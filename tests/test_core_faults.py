@@ -128,3 +128,23 @@ async def test_a_verdict_is_answered_even_when_the_journal_cannot_keep_it(tmp_pa
     await settle(lifecycle)
     journal.fault = DISK_FULL
     assert (await lifecycle.verify("k1"))["verdict"] == "LIVE"
+
+
+async def test_the_capacity_wait_ends_at_its_deadline_whatever_the_backend_asks(tmp_path: Path) -> None:
+    """A backend asking to retry in 60 s does not stretch a 0.3 s capacity wait to a minute."""
+    import time
+
+    from jupyter_suspend.server.states import CapacityUnavailable
+
+    lifecycle, _, backend, _ = build(tmp_path)
+    lifecycle.start_suspend()
+    await settle(lifecycle)
+    lifecycle.settings.capacity_max_wait = 0.3
+    for _ in range(5):
+        backend.then_restore(raising(CapacityUnavailable("no GPU node", retry_after=60.0)))
+    started = time.monotonic()
+    lifecycle.start_resume()
+    await settle(lifecycle, timeout=10.0)
+    assert lifecycle.state == State.FAILED
+    assert time.monotonic() - started < 5.0
+    assert "no GPU node" in lifecycle.status()["failure"]["reason"]

@@ -558,15 +558,18 @@ class Lifecycle:
                 break
             except CapacityUnavailable as exc:
                 if waited_since is None:
-                    waited_since = time.time()
+                    # Monotonic: the wall clock jumps when a restored pod comes back.
+                    waited_since = time.monotonic()
                     self._journal(EntryKind.CAPACITY_WAIT, operation_id=operation.id, reason=exc.reason)
-                if time.time() - waited_since > self.settings.capacity_max_wait:
+                waited = time.monotonic() - waited_since
+                if waited > self.settings.capacity_max_wait:
                     step.finish("failed", exc.reason)
                     self._fail(operation, *wording.no_capacity(self.settings.capacity_max_wait, exc.reason))
                     return
                 if self.state != State.WAITING_FOR_CAPACITY:
                     self._transition(State.WAITING_FOR_CAPACITY, operation, exc.reason)
-                await asyncio.sleep(exc.retry_after)
+                # Never sleep past the deadline: the last try comes when the wait is due to end.
+                await asyncio.sleep(max(0.0, min(exc.retry_after, self.settings.capacity_max_wait - waited + 0.01)))
             except RestoreFailed as exc:
                 step.finish("failed", exc.reason)
                 self._fail(operation, exc.reason, exc.next_step)
