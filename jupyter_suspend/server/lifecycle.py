@@ -316,9 +316,12 @@ class Lifecycle:
             self._finish(operation, Outcome.FAILED, reason)
 
     # -- public operations --------------------------------------------------
-    def start_suspend(self, reason: str = "", force: bool = False) -> Operation:
+    def start_suspend(
+        self, reason: str = "", force: bool = False, *, origin: str = "user", workload_class: str | None = None
+    ) -> Operation:
+        """``origin``: who asked ("user", or "idle_policy" for an automatic suspend of a ``workload_class``)."""
         operation = self._claim(OperationKind.SUSPEND, reason, force=force)
-        self._spawn(operation, lambda: self._run_suspend(operation, force))
+        self._spawn(operation, lambda: self._run_suspend(operation, force, origin, workload_class))
         return operation
 
     def start_resume(self, reason: str = "") -> Operation:
@@ -429,7 +432,9 @@ class Lifecycle:
         root, timeout = self.settings.checkpoint_dir, self.settings.flush_kernel_timeout
         return await flush(self.environment, operation, kernels, root, timeout, abort_on_busy=abort_on_busy)
 
-    async def _run_suspend(self, operation: Operation, force: bool) -> None:
+    async def _run_suspend(
+        self, operation: Operation, force: bool, origin: str = "user", workload_class: str | None = None
+    ) -> None:
         active_work_ended = self._active_work_ended()
         self._activity_before_preflight = None
         caps = self.backend.capabilities
@@ -440,6 +445,8 @@ class Lifecycle:
             EntryKind.SUSPEND_REQUESTED,
             operation_id=operation.id,
             reason=operation.reason,
+            origin=origin,
+            workload_class=workload_class,
             active_work_ended=active_work_ended,
             kernels=[k.to_dict() for k in kernels],
             backend=self.backend.describe(),
