@@ -7,6 +7,10 @@ A new pod is Pending (condition PodScheduled False, reason Unschedulable) until 
 `capacity` running pods (None = unlimited; completed pods do not count); `set_capacity(n)` admits waiting pods,
 oldest first. Admitted pods become Running and Ready after `start_seconds`. The set's status (replicas,
 readyReplicas, availableReplicas, observedGeneration) follows.
+
+With `scheduling_events=True` a pod left waiting gets the scheduler's `FailedScheduling` Event, and with
+`scale_up="triggered"` / `"not_triggered"` the cluster autoscaler's `TriggeredScaleUp` / `NotTriggerScaleUp` too
+(once per pod, as the newest event explaining it).
 """
 
 from __future__ import annotations
@@ -19,10 +23,20 @@ UNSCHEDULABLE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 
 
 class StatefulSetController:
-    def __init__(self, kube: KubeAPI, capacity: int | None = None, start_seconds: float = 0.05) -> None:
+    def __init__(
+        self,
+        kube: KubeAPI,
+        capacity: int | None = None,
+        start_seconds: float = 0.05,
+        scheduling_events: bool = False,
+        scale_up: str | None = None,
+    ) -> None:
         self.kube = kube
         self.capacity = capacity
         self.start_seconds = start_seconds
+        self.scheduling_events = scheduling_events
+        self.scale_up = scale_up  # None, "triggered" or "not_triggered"
+        self._explained: set[str] = set()  # uids of pods that got their scheduling events
         self._ip = 10
 
     def attach(self) -> StatefulSetController:
@@ -149,6 +163,53 @@ class StatefulSetController:
                 },
             )
             self.kube.call_soon(self._runner(meta["namespace"], meta["name"]), self.start_seconds)
+        if self.scheduling_events:
+            for pod in waiting[free:]:
+                self._explain(pod)
+
+    def _explain(self, pod: JSON) -> None:
+        """The events a real scheduler (and cluster autoscaler) leave on a pod that does not fit."""
+        meta = pod["metadata"]
+        if meta["uid"] in self._explained or meta.get("deletionTimestamp"):
+            return
+        self._explained.add(meta["uid"])
+        events = [("FailedScheduling", "default-scheduler", UNSCHEDULABLE)]
+        if self.scale_up == "triggered":
+            events.append(
+                ("TriggeredScaleUp", "cluster-autoscaler", "pod triggered scale-up: [{gpu-pool 0->1 (max: 10)}]")
+            )
+        elif self.scale_up == "not_triggered":
+            events.append(
+                (
+                    "NotTriggerScaleUp",
+                    "cluster-autoscaler",
+                    "pod didn't trigger scale-up: 1 max node group size reached",
+                )
+            )
+        for offset, (reason, component, message) in enumerate(events):
+            now = now_rfc3339()
+            self.kube.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": f"{meta['name']}.{meta['uid'][:8]}{offset}", "namespace": meta["namespace"]},
+                    "involvedObject": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "namespace": meta["namespace"],
+                        "uid": meta["uid"],
+                    },
+                    "reason": reason,
+                    "message": message,
+                    "type": "Warning" if reason != "TriggeredScaleUp" else "Normal",
+                    "source": {"component": component},
+                    "reportingComponent": component,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                }
+            )
 
     def _runner(self, namespace: str, name: str) -> Callable[[], None]:
         return lambda: self._run(namespace, name)
