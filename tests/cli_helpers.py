@@ -114,7 +114,9 @@ def validate_output(answer: Any, command: str) -> Any:
     return answer
 
 
-def statefulset(name: str, replicas: int = 0, namespace: str = "default", image: str = "jupyter/gpu:1") -> dict[str, Any]:
+def statefulset(
+    name: str, replicas: int = 0, namespace: str = "default", image: str = "jupyter/gpu:1"
+) -> dict[str, Any]:
     labels = {"app": "notebook", "environment": name}
     return {
         "apiVersion": "apps/v1",
