@@ -1,0 +1,264 @@
+"""``jupyter suspend release-check prepare|verify`` end to end: the real command (a subprocess)
+against real ``jupyter server`` processes with real kernels.
+
+* local backend: prepare, a resume from outside, verify -> COLD, told honestly, exit 0;
+  prepare again, the server restarted with a changed kernel spec (a new configuration), verify
+  resumes it -> COLD and the table names the changed variable, exit 0;
+* a snapshot-like platform (``tests.backends:SnapshotLikeBackend``, which keeps the kernel
+  processes): verify -> LIVE; the kernel restarted by hand afterwards while the server still says
+  live -> MISMATCH, exit 1;
+* bad arguments and records -> exit 2, nothing done.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from .servers import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+KERNEL = "release-python"
+SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("cli-release-check.json").read_text())
+OUTPUT = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
+RECORD = Draft202012Validator({"$defs": SCHEMA["$defs"], "$ref": "#/$defs/record"})
+
+
+def release_check(*args: str, token: str = "", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_TOKEN"}
+    if token:
+        env["JUPYTER_TOKEN"] = token
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_suspend.cli.app", "release-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(done.stdout)
+    OUTPUT.validate(result)
+    return result
+
+
+def row(result: dict[str, Any], check: str) -> list[str]:
+    return next(r for r in result["table"] if r[0] == check)
+
+
+def kernel_spec(server: ServerProcess, channel: str) -> None:
+    """A kernel spec with one variable: changing it stands in for a new configuration. (Its own name:
+    inside a virtualenv jupyter prefers the environment's ``python3`` spec to the user's.)"""
+    folder = server.base / "data" / "kernels" / KERNEL
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (release channel)",
+        "language": "python",
+        "env": {"RELEASE_CHANNEL": channel},
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec))
+
+
+def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configuration(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    server = ServerProcess(tmp_path, state)
+    kernel_spec(server, "stable")
+    server.start()
+    first_record, second_record = tmp_path / "first.json", tmp_path / "second.json"
+    try:
+        done = release_check(
+            "prepare",
+            "--json",
+            f"--url={server.url}",
+            f"--record={first_record}",
+            f"--kernel={KERNEL}",
+            token=server.token,
+        )
+        assert done.returncode == 0, done.stderr
+        prepared = as_json(done)
+        assert prepared["ok"] is True
+        assert prepared["promises_live_memory"] is False
+        assert prepared["suspend"]["outcome"] == "suspended"
+        assert server.api("GET", "status")["state"] == "suspended"
+        record = json.loads(first_record.read_text())
+        RECORD.validate(record)
+        # Only the canary's hash left the kernel; the secret itself is nowhere on disk.
+        assert len(record["canary"]["hash"]) == 64
+        assert record["kernel_name"] == KERNEL
+        assert "RELEASE_CHANNEL" in record["kernel_environment"]["variables"]  # its value's hash only
+        assert record["notebook"] == "release-check/canary.ipynb"
+        data = (server.root_dir / "release-check" / "canary-data.txt").read_bytes()
+        assert record["files"][0]["bytes"] == len(data)
+
+        # (a) resumed from outside (as a returning user would), then verified: local keeps no memory.
+        server.api("POST", "resume", {}, expect=202)
+        server.wait(lambda s: s["state"] == "ready")
+        done = release_check("verify", "--json", f"--url={server.url}", f"--record={first_record}", token=server.token)
+        assert done.returncode == 0, done.stdout + done.stderr
+        verified = as_json(done)
+        assert verified["restore"] == "COLD"
+        assert verified["canary"]["recorded_hash"] == record["canary"]["hash"]
+        assert verified["canary"]["observed_hash"] != record["canary"]["hash"]
+        assert verified["server"]["restore"] == "cold"
+        assert verified["server_verification"]["verdict"] == "COLD"
+        assert verified["checkpoints_restored"] == ["release_check_payload"]
+        assert verified["files"][0] == {"path": "release-check/canary-data.txt", "present": True, "same_content": True}
+        assert verified["kernel_environment"]["changed"] == []
+        assert verified["resume"]["by"] == "outside"
+        assert verified["resume"]["measured_by"] in {"server timeline", "upper bound"}
+        assert verified["resume"]["seconds_to_runnable_cell"] > 0
+        assert row(verified, "verdict")[1] == "PASS"
+        assert "keeps files only" in verified["reason"]
+
+        # A second canary for the next check (the first notebook's kernel is running again).
+        done = release_check(
+            "prepare",
+            f"--url={server.url}",
+            f"--token={server.token}",
+            f"--record={second_record}",
+            "--notebook=release-check/second.ipynb",
+            f"--kernel={KERNEL}",
+        )
+        assert done.returncode == 0, done.stderr
+        assert "suspended" in done.stdout
+    finally:
+        server.stop()
+
+    # (b) the new configuration: a new server process, the kernel spec changed.
+    server = ServerProcess(tmp_path, state)
+    kernel_spec(server, "candidate")
+    server.start()
+    try:
+        assert server.api("GET", "status")["state"] == "suspended"
+        # A record naming a suspend this server never journaled: another environment's; nothing is done.
+        foreign = json.loads(second_record.read_text())
+        foreign["suspend"]["operation_id"] = "0123456789ab"
+        (tmp_path / "foreign.json").write_text(json.dumps(foreign))
+        done = release_check(
+            "verify", f"--url={server.url}", f"--record={tmp_path / 'foreign.json'}", token=server.token
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "not in the journal" in done.stderr
+        assert server.api("GET", "status")["state"] == "suspended"
+
+        done = release_check("verify", f"--url={server.url}", f"--record={second_record}", token=server.token)
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "release-check verify: release-check/second.ipynb"
+        table = {line.split()[0]: line for line in lines[3:]}  # one table: check, result, detail
+        assert table["restore"].split()[1] == "COLD"
+        assert "RELEASE_CHANNEL changed" in next(
+            line for line in lines if line.lstrip().startswith("kernel environment")
+        )
+        assert "resumed by this command" in next(line for line in lines if "runnable cell" in line)
+        assert table["verdict"].split()[1] == "PASS"
+        assert server.api("GET", "status")["state"] == "ready"
+    finally:
+        server.stop()
+
+
+SNAPSHOT_LIKE = "c.SuspendApp.backend = 'tests.backends:SnapshotLikeBackend'\n"
+
+
+def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path, tmp_path / "state", SNAPSHOT_LIKE).start()
+    record_path = tmp_path / "record.json"
+    try:
+        done = release_check("prepare", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        assert done.returncode == 0, done.stderr
+        prepared = as_json(done)
+        assert prepared["promises_live_memory"] is True
+        # The platform brought the pod back before prepare saw it suspended.
+        assert prepared["suspend"]["outcome"] == "ready"
+        assert prepared["suspend"]["restore"] == "live"
+
+        done = release_check("verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        assert done.returncode == 0, done.stdout + done.stderr
+        live = as_json(done)
+        assert live["restore"] == "LIVE"
+        assert live["canary"]["observed_hash"] == live["canary"]["recorded_hash"]
+        assert live["server_verification"]["verdict"] == "LIVE"
+
+        # Someone restarts the kernel by hand: memory gone, while the server still tells users "live".
+        kernel_id = json.loads(record_path.read_text())["kernel_id"]
+        server.request("POST", f"api/kernels/{kernel_id}/restart", {})
+        assert server.api("GET", "status")["restore"] == "live"
+        done = release_check("verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        assert done.returncode == 1, done.stdout + done.stderr
+        forged = as_json(done)
+        assert forged["ok"] is False
+        assert forged["restore"] == "MISMATCH"
+        assert forged["canary"]["verdict"] == "COLD"  # the canary says: a new process
+        assert any("server says the restore was live" in n for n in forged["notes"])
+        assert row(forged, "verdict")[1] == "FAIL"
+    finally:
+        server.stop()
+
+
+def test_bad_arguments_and_records_exit_2_before_anything_is_done(tmp_path: Path) -> None:
+    good = {
+        "kind": "jupyter-suspend-release-check",
+        "version": 1,
+        "server_url": "http://127.0.0.1:1/",
+        "notebook": "release-check/canary.ipynb",
+        "kernel_id": "k",
+        "kernel_name": "python3",
+        "session_id": "s",
+        "canary": {"hash": "a" * 64, "pid": 1, "process_start": 1.0, "hostname": "h", "boot_id": None, "created": 1.0},
+        "files": [{"path": "release-check/canary-data.txt", "sha256": "b" * 64, "bytes": 3}],
+        "checkpoints": ["release_check_payload"],
+        "kernel_environment": {"python": "3", "executable": "python", "variables": {}},
+        "backend": {"name": "local", "capabilities": {"keeps_live_memory": False}},
+        "promises_live_memory": False,
+        "suspend": {"operation_id": "op", "outcome": "suspended", "restore": None, "message": None},
+        "times": {},
+    }
+    RECORD.validate(good)
+    wrong_type = copy.deepcopy(good)
+    wrong_type["canary"]["hash"] = "not a hash"
+    unknown_field = {**good, "extra": 1}
+    cases = {
+        "not-json.json": ("{ not json", "is not JSON"),
+        "other-kind.json": (json.dumps({"kind": "something else"}), "is not a release-check record"),
+        "wrong-type.json": (json.dumps(wrong_type), "is not valid at canary/hash"),
+        "unknown-field.json": (json.dumps(unknown_field), "is not valid"),
+    }
+    # A port nothing listens on: exit 2 proves the record was refused before any request.
+    url = "--url=http://127.0.0.1:9/"
+    for name, (content, said) in cases.items():
+        (tmp_path / name).write_text(content)
+        done = release_check("verify", url, f"--record={tmp_path / name}")
+        assert done.returncode == 2, (name, done.stderr)
+        assert said in done.stderr, (name, done.stderr)
+        assert done.stdout == ""
+    for args, said in [
+        (("verify", f"--record={tmp_path / 'missing.json'}"), "--url is needed"),
+        (("verify", url, f"--record={tmp_path / 'missing.json'}"), "cannot read the record"),
+        (("verify", "--url=ftp://host/", f"--record={tmp_path / 'x.json'}"), "not an http(s) URL"),
+        (("prepare", url, "--notebook=../outside.ipynb"), "without '..'"),
+        (("prepare", url, "--notebook=notes.txt"), "ending in .ipynb"),
+        (("prepare", url, f"--record={tmp_path / 'no' / 'such' / 'r.json'}"), "folder does not exist"),
+        (("prepare", url, "--timeout=-1"), "must be positive"),
+        (("prepare", "--bogus"), "--bogus"),
+        ((), "a command is needed"),
+    ]:
+        done = release_check(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert said in done.stderr, (args, done.stderr)
+    # A server that does not answer is a failure of the check, not of the arguments.
+    done = release_check("prepare", url, f"--record={tmp_path / 'r.json'}")
+    assert done.returncode == 1
+    assert "FAILED" in done.stdout
+    assert not (tmp_path / "r.json").exists()
