@@ -63,6 +63,9 @@ SNAPSHOT_SCHEMAS = {
     "PodSnapshotManualTrigger": "podsnapshotmanualtrigger.json",
 }
 KUSTOMIZATIONS = {"base": DEPLOY / "base", "cpu": DEPLOY / "overlays" / "cpu", "admin": DEPLOY / "admin"}
+# The sidecar's RBAC for Kubeflow (the pod comes from the Notebook / WorkspaceKind): tests/test_kubeflow_backends.py
+# checks that each Role equals the calls the sidecar makes.
+KUSTOMIZATIONS |= {f"kubeflow-{k}": DEPLOY / "overlays" / f"kubeflow-{k}" for k in ("notebook", "workspace")}
 
 # ---------------------------------------------------------------------------
 # A small kustomize: just what deploy/ uses, the rest refused.
@@ -177,7 +180,12 @@ def _apply_patch(docs: list[Doc], directory: Path, patch: Doc) -> None:
         return
     if set(patch) != {"path"}:
         raise NotImplementedError(f"patch {patch}: a strategic merge patch file, or an inline JSON patch with a target")
-    body = yaml.safe_load((directory / patch["path"]).read_text())
+    bodies = [b for b in yaml.safe_load_all((directory / patch["path"]).read_text()) if b]
+    for body in bodies:
+        _apply_patch_document(docs, patch["path"], body)
+
+
+def _apply_patch_document(docs: list[Doc], path: str, body: Doc) -> None:
     targets = [
         i
         for i, doc in enumerate(docs)
@@ -185,7 +193,10 @@ def _apply_patch(docs: list[Doc], directory: Path, patch: Doc) -> None:
         == (body["apiVersion"], body["kind"], body["metadata"]["name"])
     ]
     if len(targets) != 1:
-        raise ValueError(f"patch {patch['path']} matches {len(targets)} documents")
+        raise ValueError(f"patch {path} matches {len(targets)} documents")
+    if body.get("$patch") == "delete":  # kustomize: the document goes
+        del docs[targets[0]]
+        return
     docs[targets[0]] = strategic_merge(docs[targets[0]], body)
 
 

@@ -28,6 +28,19 @@ Endpoints (``{name}`` is a Kubernetes object name):
 ``DELETE /v1/snapshots/{name}``
     Deletes one of the own pod's snapshots and the trigger that made it.
     :class:`SnapshotDeleted`; 403 for another pod's snapshot, 404 if missing.
+``GET  /v1/workload``
+    :class:`WorkloadView`: the Kubeflow Notebook or Workspace that owns the
+    own pod, named by the pod's own label (:data:`OWNER_LABELS`), never by the
+    request. Only with ``--workload notebook|workspace``.
+``POST /v1/workload/stop``
+    Body :class:`WorkloadStopBody` (may be ``{}``). Notebook: sets the
+    annotation ``kubeflow-resource-stopped`` (RFC 3339 now); Workspace: merge
+    patch ``spec.paused: true``. The controller then scales the StatefulSet to
+    0 and this pod goes away. 200 + :class:`WorkloadStopped`.
+
+The snapshot endpoints answer 409 ``not_enabled`` on a sidecar started with
+``--workload notebook|workspace`` (no snapshots there: its Role has none of
+the podsnapshot verbs), the workload endpoints on one started without.
 
 Every authenticated endpoint also accepts ``pod`` and ``namespace`` (body
 fields for POST, query parameters otherwise); if given they must name the
@@ -65,6 +78,8 @@ PATH_HEALTH = "/v1/health"
 PATH_POD = "/v1/pod"
 PATH_SNAPSHOT_REQUESTS = "/v1/snapshot-requests"
 PATH_SNAPSHOTS = "/v1/snapshots"
+PATH_WORKLOAD = "/v1/workload"
+PATH_WORKLOAD_STOP = "/v1/workload/stop"
 
 
 def snapshot_request_path(trigger: str) -> str:
@@ -88,6 +103,30 @@ PARAM_SINCE = "since"
 class SnapshotRequestBody(TypedDict, total=False):
     pod: str
     namespace: str
+
+
+#: Optional checks of ``POST /v1/workload/stop``: if given, the kind and name
+#: must be those of the own pod's owner (403 ``forbidden_target`` otherwise).
+FIELD_KIND = "kind"
+FIELD_NAME = "name"
+
+
+class WorkloadStopBody(TypedDict, total=False):
+    pod: str
+    namespace: str
+    kind: str
+    name: str
+
+
+# -- Kubeflow workloads (``--workload``) ----------------------------------------
+
+WORKLOAD_NOTEBOOK = "notebook"
+WORKLOAD_WORKSPACE = "workspace"
+#: The sidecar's ``--workload``: ``none`` serves GKE Pod Snapshots.
+WORKLOAD_MODES = ("none", WORKLOAD_NOTEBOOK, WORKLOAD_WORKSPACE)
+#: The label Kubeflow's controllers put on the pods of a Notebook / a Workspace.
+WORKSPACE_NAME_LABEL = "notebooks.kubeflow.org/workspace-name"
+OWNER_LABELS = {WORKLOAD_NOTEBOOK: "notebook-name", WORKLOAD_WORKSPACE: WORKSPACE_NAME_LABEL}
 
 
 # -- answers ----------------------------------------------------------------
@@ -203,6 +242,35 @@ class PodView(TypedDict):
     policy_problem: str | None
 
 
+class WorkloadView(TypedDict):
+    #: ``notebook`` (kubeflow.org/v1 Notebook) or ``workspace`` (kubeflow.org/v1beta1 Workspace).
+    kind: str
+    name: str
+    namespace: str
+    #: The own pod, whose label named the workload.
+    pod: str
+    #: Asked to stop: the notebook's ``kubeflow-resource-stopped`` annotation is
+    #: set, or the workspace's ``spec.paused`` is true.
+    stopped: bool
+    #: The annotation's value (notebook) or ``status.pauseTime`` as RFC 3339 (workspace).
+    stopped_at: str | None
+    #: Workspace ``status.state`` (Running, Pending, Paused, Terminating, Error, Unknown); None for a notebook.
+    state: str | None
+    state_message: str | None
+    #: Workspace ``status.pauseTime`` (epoch seconds; None when unset or 0).
+    pause_time: int | None
+    #: Notebook ``status.readyReplicas``; None for a workspace.
+    ready_replicas: int | None
+
+
+class WorkloadStopped(TypedDict):
+    workload: WorkloadView
+    #: When the sidecar made the request (RFC 3339), or None if it was stopped already.
+    requested_at: str | None
+    #: It was stopped before this request: nothing was changed.
+    already_stopped: bool
+
+
 POST_CHECKPOINT_STOP = "stop"
 POST_CHECKPOINT_RESUME = "resume"
 #: What GKE does when a policy does not set ``triggerConfig.postCheckpoint``.
@@ -237,3 +305,5 @@ E_KUBE_ERROR = "kube_error"  # 502: any other API answer
 E_KUBE_UNAVAILABLE = "kube_unavailable"  # 502, retryable: 5xx / 429 / connection
 E_KUBE_TIMEOUT = "kube_timeout"  # 504, retryable
 E_INTERNAL = "internal"  # 500
+E_NOT_ENABLED = "not_enabled"  # 409: snapshot endpoint with --workload, or workload endpoint without
+E_OWNER_UNKNOWN = "owner_unknown"  # 409: the own pod has no owner label of the configured kind

@@ -99,6 +99,14 @@ class SidecarClient:
     async def delete_snapshot(self, name: str) -> proto.SnapshotDeleted:
         return cast(proto.SnapshotDeleted, await self._call("DELETE", proto.snapshot_path(quote(name, safe=""))))
 
+    async def workload(self) -> proto.WorkloadView:
+        """The Kubeflow Notebook or Workspace that owns this pod (a sidecar started with ``--workload``)."""
+        return cast(proto.WorkloadView, await self._call("GET", proto.PATH_WORKLOAD))
+
+    async def stop_workload(self, body: proto.WorkloadStopBody | None = None) -> proto.WorkloadStopped:
+        """Ask the pod's Kubeflow owner to stop (the pod then goes away)."""
+        return cast(proto.WorkloadStopped, await self._call("POST", proto.PATH_WORKLOAD_STOP, body=dict(body or {})))
+
     # -- transport -----------------------------------------------------------------
 
     def _secret(self) -> str:

@@ -22,6 +22,7 @@ from .errors import Fault
 
 if TYPE_CHECKING:
     from .kube import PodSnapshots
+    from .workload import OwnerWorkload
 
 log = logging.getLogger("jupyter_suspend.sidecar")
 access_log = logging.getLogger("jupyter_suspend.sidecar.access")
@@ -31,6 +32,7 @@ access_log = logging.getLogger("jupyter_suspend.sidecar.access")
 DRAIN_LIMIT = 1024 * 1024
 
 _IDENTITY = {proto.FIELD_POD: str, proto.FIELD_NAMESPACE: str}
+_STOP_FIELDS = {**_IDENTITY, proto.FIELD_KIND: str, proto.FIELD_NAME: str}
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Context:
     config: Config
     kube: PodSnapshots
     secret: bytes
+    #: The own pod's Kubeflow owner (``--workload notebook|workspace``); None: snapshots.
+    workload: OwnerWorkload | None = None
 
 
 @web.stream_request_body
@@ -149,6 +153,26 @@ class BaseHandler(web.RequestHandler):
             raise Fault(400, proto.E_INVALID_VALUE, f"{what} {name!r} is not a valid Kubernetes object name")
         return name
 
+    def snapshots_enabled(self) -> None:
+        if self.ctx.workload is not None:
+            raise Fault(
+                409,
+                proto.E_NOT_ENABLED,
+                f"this sidecar stops the pod's Kubeflow {self.ctx.workload.kind} (--workload) and takes no snapshots",
+                next_step="use POST /v1/workload/stop, or run a sidecar without --workload for GKE Pod Snapshots",
+            )
+
+    def owner_workload(self) -> OwnerWorkload:
+        if self.ctx.workload is None:
+            raise Fault(
+                409,
+                proto.E_NOT_ENABLED,
+                "this sidecar takes GKE Pod Snapshots; it was not started with --workload notebook|workspace",
+                next_step="run the sidecar with --workload notebook or --workload workspace (and the matching "
+                "deploy/overlays/kubeflow-* Role)",
+            )
+        return self.ctx.workload
+
     def answer(self, body: Mapping[str, Any], status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(body))
@@ -197,6 +221,7 @@ class SnapshotRequestsHandler(BaseHandler):
     async def post(self) -> None:
         body = self.json_body(_IDENTITY)
         self.check_target(body)
+        self.snapshots_enabled()
         self.answer(await self.ctx.kube.request_snapshot(), status=201)
 
 
@@ -218,12 +243,14 @@ class SnapshotRequestHandler(BaseHandler):
         since = params.get(proto.PARAM_SINCE)
         if since is not None and since not in proto.PHASES:
             raise Fault(400, proto.E_INVALID_VALUE, f"since must be one of {', '.join(proto.PHASES)}")
+        self.snapshots_enabled()
         self.answer(await self.ctx.kube.follow(trigger, wait=wait, since=since))
 
 
 class SnapshotsHandler(BaseHandler):
     async def get(self) -> None:
         self.check_target(self.query())
+        self.snapshots_enabled()
         self.answer(await self.ctx.kube.list_snapshots())
 
 
@@ -231,7 +258,28 @@ class SnapshotHandler(BaseHandler):
     async def delete(self, name: str) -> None:
         self.check_target(self.query())
         self.check_name(name, "snapshot")
+        self.snapshots_enabled()
         self.answer(await self.ctx.kube.delete_snapshot(name))
+
+
+class WorkloadHandler(BaseHandler):
+    async def get(self) -> None:
+        self.check_target(self.query())
+        self.answer(await self.owner_workload().view())
+
+
+class WorkloadStopHandler(BaseHandler):
+    async def post(self) -> None:
+        body = self.json_body(_STOP_FIELDS)
+        self.check_target(body)
+        workload = self.owner_workload()
+        kind = body.get(proto.FIELD_KIND)
+        if kind is not None and kind != workload.kind:
+            raise Fault(403, proto.E_FORBIDDEN_TARGET, f"this sidecar acts on a {workload.kind} only, not a {kind}")
+        name = body.get(proto.FIELD_NAME)
+        if name is not None:
+            self.check_name(name, workload.kind)
+        self.answer(await workload.stop(name))
 
 
 class NotFoundHandler(BaseHandler):
@@ -270,6 +318,8 @@ def make_app(ctx: Context) -> web.Application:
             (proto.PATH_SNAPSHOT_REQUESTS + "/" + name, SnapshotRequestHandler, kwargs),
             (proto.PATH_SNAPSHOTS, SnapshotsHandler, kwargs),
             (proto.PATH_SNAPSHOTS + "/" + name, SnapshotHandler, kwargs),
+            (proto.PATH_WORKLOAD, WorkloadHandler, kwargs),
+            (proto.PATH_WORKLOAD_STOP, WorkloadStopHandler, kwargs),
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=kwargs,

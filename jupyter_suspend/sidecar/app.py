@@ -86,23 +86,27 @@ async def serve(config: Config) -> None:
     # Imported here: the kubernetes client takes a second to import, and
     # ``--help`` or a configuration error should answer at once.
     from .kube import PodSnapshots, api_client_from_files
+    from .workload import OwnerWorkload
 
     executor = ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
     api_client = api_client_from_files(config)
     kube = PodSnapshots(config, api_client, executor)
+    owner = OwnerWorkload(kube)
     secret = write_secret(config.secret_path)
-    server = HTTPServer(make_app(Context(config, kube, secret)), max_body_size=DRAIN_LIMIT, idle_connection_timeout=60)
+    ctx = Context(config, kube, secret, owner if owner.enabled() else None)
+    server = HTTPServer(make_app(ctx), max_body_size=DRAIN_LIMIT, idle_connection_timeout=60)
     try:
         where = _listen(server, config)
     except BaseException:
         _remove(config.secret_path)
         raise
     log.info(
-        "listening on %s for pod %s/%s (uid %s), policy mode %s (policy %s), podsnapshot.gke.io/%s",
+        "listening on %s for pod %s/%s (uid %s), workload %s, policy mode %s (policy %s), podsnapshot.gke.io/%s",
         where,
         config.namespace,
         config.pod_name,
         config.pod_uid or "unknown",
+        config.workload,
         config.policy_mode,
         config.policy_name,
         config.api_version,

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..common.sidecar_protocol import DEFAULT_SECRET_PATH, DEFAULT_SOCKET_PATH
+from ..common.sidecar_protocol import DEFAULT_SECRET_PATH, DEFAULT_SOCKET_PATH, WORKLOAD_MODES
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_TOKEN_FILE = f"{SA_DIR}/token"
@@ -17,6 +17,8 @@ DEFAULT_CA_FILE = f"{SA_DIR}/ca.crt"
 DEFAULT_NAMESPACE_FILE = f"{SA_DIR}/namespace"
 
 POLICY_MODES = ("create", "require")
+#: The policy mode of a sidecar started with ``--workload notebook|workspace``: no snapshots at all.
+POLICY_OFF = "off"
 POST_CHECKPOINT = ("stop", "resume")
 
 # RFC 1123 names as Kubernetes validates object names and label values.
@@ -55,6 +57,8 @@ class Config:
     #: Version of the podsnapshot.gke.io API (older clusters: v1alpha1).
     api_version: str = "v1"
     log_level: str = "INFO"
+    #: ``none`` (GKE Pod Snapshots), ``notebook`` or ``workspace`` (stop the own pod's Kubeflow owner).
+    workload: str = "none"
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -150,6 +154,16 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="client-side timeout of each API call, seconds [env KUBE_TIMEOUT]",
     )
 
+    wl = p.add_argument_group("Kubeflow workload")
+    wl.add_argument(
+        "--workload",
+        choices=WORKLOAD_MODES,
+        default=default("WORKLOAD", "none"),
+        help="notebook / workspace: instead of snapshots, stop the Kubeflow Notebook (annotation "
+        "kubeflow-resource-stopped) or Workspace (spec.paused) that owns this pod, named by the pod's own label; "
+        "the snapshot-policy flags are then not used [env WORKLOAD]",
+    )
+
     pol = p.add_argument_group("snapshot policy")
     pol.add_argument(
         "--policy-mode",
@@ -212,7 +226,13 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
     selector: dict[str, str] = {}
     storage_config = args.storage_config or None
     retention = None if (args.retention or "").lower() in ("", "none") else args.retention
-    if args.policy_mode == "require":
+    policy_mode = args.policy_mode
+    if args.workload not in WORKLOAD_MODES:  # from the environment: argparse checks only the flag
+        raise ConfigError(f"--workload {args.workload!r}: expected one of {', '.join(WORKLOAD_MODES)}")
+    if args.workload != "none":
+        # No snapshots: the policy flags (and their requirements) do not apply.
+        policy_mode, policy_name, storage_config, retention = POLICY_OFF, "", None, None
+    elif args.policy_mode == "require":
         if not args.policy_name:
             raise ConfigError("--policy-mode require needs --policy-name (the policy the platform team installed)")
         policy_name = args.policy_name
@@ -228,7 +248,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
             raise ConfigError("--policy-mode create needs --storage-config (a PodSnapshotStorageConfig name)")
         if retention is not None and not _DURATION.match(retention):
             raise ConfigError(f"--retention {retention!r}: expected a duration such as 7d, 12h or 'none'")
-    if not is_object_name(policy_name):
+    if policy_mode != POLICY_OFF and not is_object_name(policy_name):
         raise ConfigError(f"--policy-name {policy_name!r} is not a valid object name")
     if args.kube_timeout <= 0:
         raise ConfigError("--kube-timeout must be positive")
@@ -241,7 +261,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         secret_path=args.secret,
         token_file=args.token_file,
         ca_file=args.ca_file,
-        policy_mode=args.policy_mode,
+        policy_mode=policy_mode,
         policy_name=policy_name,
         storage_config=storage_config,
         post_checkpoint=args.post_checkpoint,
@@ -250,4 +270,5 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         kube_timeout=args.kube_timeout,
         log_level=args.log_level,
         api_version=args.api_version,
+        workload=args.workload,
     )

@@ -44,7 +44,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
 from ..common import sidecar_protocol as proto
-from .config import Config
+from .config import POLICY_OFF, Config
 from .errors import Conflict, Fault, NotFound
 
 log = logging.getLogger("jupyter_suspend.sidecar")
@@ -497,6 +497,14 @@ class PodSnapshots:
         exists: bool | None
         post: str | None
         problem: str | None = None
+        if mode == POLICY_OFF:  # --workload: no snapshots, and no podsnapshot verbs in the Role to read one
+            return {
+                "policy_mode": mode,
+                "policy_name": name,
+                "policy_exists": None,
+                "post_checkpoint": None,
+                "policy_problem": f"this sidecar does not take snapshots (--workload {self.config.workload})",
+            }
         try:
             policy = await self._get(POLICIES, name)
         except NotFound:
