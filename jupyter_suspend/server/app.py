@@ -12,8 +12,10 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Dict, Float, Integer, Unicode, default
 
+from .activity import ActivityMonitor
 from .backends.base import Backend
 from .handlers import handlers
+from .idle_policy import ClassResolver, IdlePolicy
 from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
@@ -138,10 +140,12 @@ class SuspendApp(ExtensionApp):
             getattr(self.serverapp, "session_manager", None), lifecycle_refusal(self.lifecycle), self.log
         )
         self.session_guard.install()
+        self._start_idle_policy(event_logger)
         self.settings.update(
             {
                 "jupyter_suspend_lifecycle": self.lifecycle,
                 "jupyter_suspend_max_body_bytes": self.max_body_bytes,
+                "jupyter_suspend_idle_policy": self.idle_policy,
             }
         )
         self.log.info(
@@ -162,6 +166,23 @@ class SuspendApp(ExtensionApp):
         self._previous_checkpoint_env = os.environ.get(KERNEL_CHECKPOINT_DIR_ENV)
         os.environ[KERNEL_CHECKPOINT_DIR_ENV] = self.checkpoint_dir
 
+    def _start_idle_policy(self, event_logger: Any) -> None:
+        """The idle policy (``IdlePolicy`` traits); it ticks only when enabled, and stops with the extension."""
+        from .idle_policy import EVENT_SCHEMA_ID as IDLE_EVENT_SCHEMA_ID
+
+        if event_logger is not None:
+            event_logger.register_event_schema(Path(str(files("jupyter_suspend.common.schemas") / "idle-event.json")))
+
+        def emit_idle(data: dict[str, Any]) -> None:
+            if event_logger is not None:
+                event_logger.emit(schema_id=IDLE_EVENT_SCHEMA_ID, data=data)
+
+        self.idle_policy = IdlePolicy(parent=self.serverapp)
+        monitor = ActivityMonitor(self.serverapp, self.idle_policy.gpu_busy_percent)
+        resolver = ClassResolver(self.lifecycle, getattr(self.serverapp, "kernel_spec_manager", None))
+        self.idle_policy.setup(self.lifecycle, monitor, resolver, emit_idle)
+        self.idle_policy.start()
+
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())
 
@@ -169,6 +190,9 @@ class SuspendApp(ExtensionApp):
         guard = getattr(self, "session_guard", None)
         if guard is not None:
             guard.uninstall()
+        policy = getattr(self, "idle_policy", None)
+        if policy is not None:
+            await policy.stop()  # before the lifecycle: no automatic suspend starts while it stops
         await self.lifecycle.stop()
         if os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir:
             previous = getattr(self, "_previous_checkpoint_env", None)

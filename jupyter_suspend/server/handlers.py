@@ -19,6 +19,7 @@ from tornado import web
 
 from ..common.api import API_PREFIX
 from . import openapi
+from .idle_policy import IdlePolicy, NoWarning
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
 from .states import IllegalState
@@ -36,6 +37,15 @@ class SuspendAPIHandler(ExtensionHandlerMixin, APIHandler):
     def lifecycle(self) -> Lifecycle:
         lifecycle: Lifecycle = self.settings["jupyter_suspend_lifecycle"]
         return lifecycle
+
+    @property
+    def idle_policy(self) -> IdlePolicy:
+        policy: IdlePolicy = self.settings["jupyter_suspend_idle_policy"]
+        return policy
+
+    def status(self) -> dict[str, Any]:
+        """The lifecycle's status with the idle policy's class and pending warning."""
+        return {**self.lifecycle.status(), **self.idle_policy.status_fields()}
 
     def body(self, schema_name: str) -> dict[str, Any]:
         try:
@@ -57,14 +67,14 @@ class SuspendAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     def started(self, operation: Any) -> None:
         self.set_header("Location", self.base_url + API_PREFIX + "/status")
-        self.reply({"operation": operation.to_dict(), "status": self.lifecycle.status()}, 202)
+        self.reply({"operation": operation.to_dict(), "status": self.status()}, 202)
 
 
 class StatusHandler(SuspendAPIHandler):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        self.reply(self.lifecycle.status())
+        self.reply(self.status())
 
 
 class SuspendHandler(SuspendAPIHandler):
@@ -119,7 +129,7 @@ class AcknowledgeHandler(SuspendAPIHandler):
         except IllegalState as exc:
             self.conflict(exc)
             return
-        self.reply(self.lifecycle.status())
+        self.reply(self.status())
 
 
 class TimelineHandler(SuspendAPIHandler):
@@ -158,6 +168,26 @@ class KernelCheckpointHandler(SuspendAPIHandler):
         self.reply(result)
 
 
+class ActivityHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.reply(await self.idle_policy.answer())
+
+
+class KeepRunningHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self.body("keep-running")
+        try:
+            workload_class = await self.idle_policy.keep_running()
+        except NoWarning as exc:
+            self.reply({"message": str(exc), "reason": "Conflict", "state": self.lifecycle.state.value}, 409)
+            return
+        self.reply({"cancelled": True, "workload_class": workload_class})
+
+
 class OpenAPIHandler(SuspendAPIHandler):
     @web.authenticated
     @authorized
@@ -175,5 +205,7 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/timeline", TimelineHandler),
         (rf"/{API_PREFIX}/verify", VerifyHandler),
         (rf"/{API_PREFIX}/checkpoint-record", KernelCheckpointHandler),
+        (rf"/{API_PREFIX}/activity", ActivityHandler),
+        (rf"/{API_PREFIX}/activity/keep-running", KeepRunningHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]

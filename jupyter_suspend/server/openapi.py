@@ -124,6 +124,25 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             },
         }
     },
+    "activity": {
+        "get": {
+            "summary": "Every activity signal, the idle time, the workload class, the idle policy's decision "
+            "(break-even figures included) and a pending automatic-suspend warning.",
+            "answers": {"200": ("The activity reading.", "Activity"), "403": _FORBIDDEN},
+        }
+    },
+    "activity/keep-running": {
+        "post": {
+            "summary": "Cancel the announced automatic suspend (journaled); idle time starts again.",
+            "request": "KeepRunningRequest",
+            "answers": {
+                "200": ("The warning was cancelled.", "KeepRunningAnswer"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "409": ("No automatic suspend is announced.", "ErrorAnswer"),
+            },
+        }
+    },
     "openapi.json": {
         "get": {
             "summary": "This document.",
