@@ -18,7 +18,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..common.api import API_PREFIX
-from . import openapi
+from . import openapi, snapshots
 from .idle_policy import IdlePolicy, NoWarning
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
@@ -168,6 +168,28 @@ class KernelCheckpointHandler(SuspendAPIHandler):
         self.reply(result)
 
 
+class SnapshotsHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        try:
+            self.reply(await snapshots.listing(self.lifecycle.backend, self.lifecycle.state))
+        except snapshots.SnapshotRefused as exc:
+            self.reply(exc.to_dict(), exc.status)
+
+
+class SnapshotHandler(SuspendAPIHandler):
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        if self.request.body:
+            raise web.HTTPError(400, "DELETE snapshots/NAME takes no body")
+        try:
+            self.reply(await snapshots.delete(self.lifecycle.backend, self.lifecycle.state, name))
+        except snapshots.SnapshotRefused as exc:
+            self.reply(exc.to_dict(), exc.status)
+
+
 class ActivityHandler(SuspendAPIHandler):
     @web.authenticated
     @authorized
@@ -205,6 +227,8 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/timeline", TimelineHandler),
         (rf"/{API_PREFIX}/verify", VerifyHandler),
         (rf"/{API_PREFIX}/checkpoint-record", KernelCheckpointHandler),
+        (rf"/{API_PREFIX}/snapshots", SnapshotsHandler),
+        (rf"/{API_PREFIX}/snapshots/(?P<name>[^/]+)", SnapshotHandler),
         (rf"/{API_PREFIX}/activity", ActivityHandler),
         (rf"/{API_PREFIX}/activity/keep-running", KeepRunningHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),

@@ -124,6 +124,40 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             },
         }
     },
+    "snapshots": {
+        "get": {
+            "summary": "This pod's snapshots (supported: false with the reason on a backend that keeps none).",
+            "answers": {
+                "200": ("The snapshots, newest first, and the one a resume would restore.", "Snapshots"),
+                "403": _FORBIDDEN,
+                "502": ("The platform answered the list with an error.", "ErrorAnswer"),
+                "503": ("The platform (the sidecar) could not be reached.", "ErrorAnswer"),
+            },
+        }
+    },
+    "snapshots/{name}": {
+        "delete": {
+            "summary": "Delete one of this pod's snapshots and the trigger that made it.",
+            "parameters": [
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "description": "The PodSnapshot's name (a Kubernetes object name).",
+                    "schema": {"type": "string"},
+                }
+            ],
+            "answers": {
+                "200": ("The snapshot is being deleted (its storage is freed by the platform).", "SnapshotDeleted"),
+                "400": ("Not a Kubernetes object name, or a body was sent.", "ErrorAnswer"),
+                "403": ("Not authorized, or another pod's snapshot.", "ErrorAnswer"),
+                "404": ("No such snapshot (or the backend keeps none).", "ErrorAnswer"),
+                "409": ("The snapshot a coming resume needs, while suspending, suspended or restoring.", "ErrorAnswer"),
+                "502": ("The platform answered the delete with an error.", "ErrorAnswer"),
+                "503": ("The platform (the sidecar) could not be reached.", "ErrorAnswer"),
+            },
+        }
+    },
     "activity": {
         "get": {
             "summary": "Every activity signal, the idle time, the workload class, the idle policy's decision "
@@ -232,7 +266,8 @@ def routes(handler_list: Iterable[tuple[str, Any]]) -> dict[str, list[str]]:
     for pattern, handler in handler_list:
         if not pattern.startswith(prefix):
             raise ValueError(f"route {pattern!r} is not under {prefix}")
-        endpoint = pattern[len(prefix) :].replace(r"\.", ".")
+        # A named group is a path parameter: (?P<name>[^/]+) -> {name}.
+        endpoint = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern[len(prefix) :]).replace(r"\.", ".")
         out[endpoint] = [m for m in HTTP_METHODS if getattr(handler, m) is not getattr(web.RequestHandler, m)]
     return out
 
@@ -252,10 +287,12 @@ def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> di
         for method in methods:
             spec = described[method]
             operation: dict[str, Any] = {
-                "operationId": method + "_" + re.sub(r"\W+", "_", endpoint.removesuffix(".json")),
+                "operationId": method + "_" + re.sub(r"\W+", "_", endpoint.removesuffix(".json")).strip("_"),
                 "summary": spec["summary"],
                 "responses": {},
             }
+            if "parameters" in spec:
+                operation["parameters"] = spec["parameters"]
             if "request" in spec:
                 operation["requestBody"] = {
                     "required": False,
@@ -298,7 +335,7 @@ def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> di
                     "type": "apiKey",
                     "in": "cookie",
                     "name": "_xsrf",
-                    "description": "The browser's login cookie; a POST also needs the X-XSRFToken header.",
+                    "description": "The browser's login cookie; a POST or DELETE also needs the X-XSRFToken header.",
                 },
             },
         },

@@ -52,6 +52,9 @@ class Capabilities:
     #: ``POST resume`` on this server performs the resume (otherwise the
     #: platform resumes the pod and this server only reports).
     resume_from_server: bool = True
+    #: The platform keeps snapshots of this pod that can be listed and deleted
+    #: (``GET``/``DELETE snapshots``, :meth:`Backend.list_snapshots`).
+    keeps_snapshots: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -156,6 +159,16 @@ class RestoreContext:
     record: Recorder = _no_record
 
 
+class SnapshotError(Exception):
+    """The platform refused or could not answer a snapshot call: ``status`` is the HTTP status to pass on
+    (403 another pod's, 404 missing, 502 the platform answered badly, 503 it could not be reached)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 class _BackendMeta(MetaHasTraits, abc.ABCMeta):
     """Configurable (traitlets) and abstract at once."""
 
@@ -193,6 +206,16 @@ class Backend(LoggingConfigurable, metaclass=_BackendMeta):
         started now, one sentence each: the dry run's ``would_abort``. Empty by
         default. Must answer within a few seconds: a dry run never hangs on it."""
         return []
+
+    async def list_snapshots(self) -> dict[str, Any]:
+        """This pod's snapshots (only when ``capabilities.keeps_snapshots``): ``{"pod", "namespace",
+        "snapshots": [SnapshotSummary]}`` as the sidecar protocol has them; raises :class:`SnapshotError`."""
+        raise SnapshotError(404, f"the {self.name} backend keeps no snapshots")
+
+    async def delete_snapshot(self, name: str) -> dict[str, Any]:
+        """Delete one of this pod's snapshots and its trigger: ``{"deleted", "trigger"}``; raises
+        :class:`SnapshotError` (403 another pod's, 404 missing)."""
+        raise SnapshotError(404, f"the {self.name} backend keeps no snapshots")
 
     async def stop(self) -> None:
         """The server is shutting down: end the backend's own background work

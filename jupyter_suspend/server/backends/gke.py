@@ -73,6 +73,7 @@ from .base import (
     RestoreContext,
     RestoreOutcome,
     ReturnedLive,
+    SnapshotError,
 )
 from .local import LocalBackend
 
@@ -185,6 +186,12 @@ def _condition(progress: proto.SnapshotProgress, source: str, kind: str) -> prot
     return next((c for c in progress.get("conditions", []) if c["source"] == source and c["type"] == kind), None)
 
 
+def _passed_on(status: int) -> int:
+    """The sidecar's refusals about the request (400 bad name, 403 another pod's, 404 missing) are the
+    caller's; anything else is the platform's failure (502)."""
+    return status if status in (400, 403, 404) else 502
+
+
 def _kube_next_step(exc: SidecarError) -> str:
     if exc.next_step:
         return exc.next_step
@@ -212,6 +219,7 @@ class GKEBackend(Backend):
         needs_sidecar=True,
         server_survives_suspend=False,
         resume_from_server=False,
+        keeps_snapshots=True,
     )
 
     sidecar_socket = Unicode(
@@ -383,6 +391,24 @@ class GKEBackend(Backend):
                 "checkpoint, so a suspend would release nothing and abort (set postCheckpoint: stop)"
             ]
         return []
+
+    # -- snapshots (GET/DELETE snapshots) --------------------------------------------------
+
+    async def list_snapshots(self) -> dict[str, Any]:
+        try:
+            return dict(await self.client().snapshots())
+        except SidecarError as exc:
+            raise SnapshotError(_passed_on(exc.status), f"{exc.message} ({exc.code})") from exc
+        except SidecarUnavailable as exc:
+            raise SnapshotError(503, str(exc)) from exc
+
+    async def delete_snapshot(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(await self.client().delete_snapshot(name))
+        except SidecarError as exc:
+            raise SnapshotError(_passed_on(exc.status), f"{exc.message} ({exc.code})") from exc
+        except SidecarUnavailable as exc:
+            raise SnapshotError(503, str(exc)) from exc
 
     # -- suspend -----------------------------------------------------------------------
 
