@@ -47,6 +47,23 @@ def release_check(*args: str, token: str = "", timeout: float = 120) -> subproce
     )
 
 
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The same command in this process (fast, for arguments that are refused before any request)."""
+    from jupyter_suspend.cli import release_check as rc
+    from jupyter_suspend.cli.app import SuspendCommandApp
+
+    code: Any = 0
+    try:
+        SuspendCommandApp.launch_instance(["release-check", *args])
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        for app in (SuspendCommandApp, rc.ReleaseCheckApp, rc.ReleaseCheckPrepareApp, rc.ReleaseCheckVerifyApp):
+            app.clear_instance()
+    out, err = capsys.readouterr()
+    return int(code or 0), out, err
+
+
 def as_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(done.stdout)
     OUTPUT.validate(result)
@@ -207,8 +224,11 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp
         server.stop()
 
 
-def test_bad_arguments_and_records_exit_2_before_anything_is_done(tmp_path: Path) -> None:
-    good = {
+def test_bad_arguments_and_records_exit_2_before_anything_is_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
+    good: dict[str, Any] = {
         "kind": "jupyter-suspend-release-check",
         "version": 1,
         "server_url": "http://127.0.0.1:1/",
@@ -239,10 +259,10 @@ def test_bad_arguments_and_records_exit_2_before_anything_is_done(tmp_path: Path
     url = "--url=http://127.0.0.1:9/"
     for name, (content, said) in cases.items():
         (tmp_path / name).write_text(content)
-        done = release_check("verify", url, f"--record={tmp_path / name}")
-        assert done.returncode == 2, (name, done.stderr)
-        assert said in done.stderr, (name, done.stderr)
-        assert done.stdout == ""
+        code, out, err = in_process(capsys, "verify", url, f"--record={tmp_path / name}")
+        assert code == 2, (name, err)
+        assert said in err, (name, err)
+        assert out == ""
     for args, said in [
         (("verify", f"--record={tmp_path / 'missing.json'}"), "--url is needed"),
         (("verify", url, f"--record={tmp_path / 'missing.json'}"), "cannot read the record"),
@@ -254,11 +274,14 @@ def test_bad_arguments_and_records_exit_2_before_anything_is_done(tmp_path: Path
         (("prepare", "--bogus"), "--bogus"),
         ((), "a command is needed"),
     ]:
-        done = release_check(*args)
-        assert done.returncode == 2, (args, done.stderr)
-        assert said in done.stderr, (args, done.stderr)
+        code, out, err = in_process(capsys, *args)
+        assert code == 2, (args, err)
+        assert said in err, (args, err)
     # A server that does not answer is a failure of the check, not of the arguments.
-    done = release_check("prepare", url, f"--record={tmp_path / 'r.json'}")
-    assert done.returncode == 1
-    assert "FAILED" in done.stdout
+    code, out, err = in_process(capsys, "prepare", "--json", url, f"--record={tmp_path / 'r.json'}")
+    assert code == 1
+    failed = json.loads(out)
+    OUTPUT.validate(failed)
+    assert failed["ok"] is False
+    assert "127.0.0.1:9" in failed["message"]
     assert not (tmp_path / "r.json").exists()
