@@ -21,6 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -88,7 +89,9 @@ def kernel_spec(server: ServerProcess, channel: str) -> None:
     (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configuration(tmp_path: Path) -> None:
+def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state"
     server = ServerProcess(tmp_path, state)
     kernel_spec(server, "stable")
@@ -118,6 +121,15 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert record["notebook"] == "release-check/canary.ipynb"
         data = (server.root_dir / "release-check" / "canary-data.txt").read_bytes()
         assert record["files"][0]["bytes"] == len(data)
+        # Calls in the wrong state change nothing: a suspended environment cannot be prepared again.
+        other = tmp_path / "other.json"
+        code, out, _ = in_process(
+            capsys, "prepare", f"--url={server.url}", f"--token={server.token}", f"--record={other}"
+        )
+        assert code == 1
+        assert "cannot be suspended now (state suspended)" in out
+        assert not other.exists()
+        assert server.api("GET", "status")["state"] == "suspended"
 
         # (a) resumed from outside (as a returning user would), then verified: local keeps no memory.
         server.api("POST", "resume", {}, expect=202)
@@ -138,6 +150,23 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert verified["resume"]["seconds_to_runnable_cell"] > 0
         assert row(verified, "verdict")[1] == "PASS"
         assert "keeps files only" in verified["reason"]
+
+        # Prepare never takes over a notebook that has a kernel or is not its own canary.
+        nbformat.write(
+            nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), server.root_dir / "mine.ipynb"
+        )
+        mine = (server.root_dir / "mine.ipynb").read_bytes()
+        for notebook, said in [
+            ("release-check/canary.ipynb", "already has a running kernel"),
+            ("mine.ipynb", "is not a release-check canary notebook"),
+        ]:
+            url, token = f"--url={server.url}", f"--token={server.token}"
+            code, _, err = in_process(capsys, "prepare", url, token, f"--notebook={notebook}", f"--record={other}")
+            assert code == 2, err
+            assert said in err
+        assert (server.root_dir / "mine.ipynb").read_bytes() == mine
+        assert not other.exists()
+        assert server.api("GET", "status")["state"] == "ready"
 
         # A second canary for the next check (the first notebook's kernel is running again).
         done = release_check(

@@ -125,6 +125,16 @@ class JupyterServerClient:
         body = {"type": "notebook", "format": "json", "content": notebook}
         self.call("PUT", f"api/contents/{_quote_path(path)}", body, expect=(200, 201))
 
+    def read_notebook(self, path: str) -> dict[str, Any] | None:
+        """The notebook's content (nbformat JSON), or None when there is no such file."""
+        code, answer = self.request("GET", f"api/contents/{_quote_path(path)}?type=notebook&content=1")
+        if code == 404:
+            return None
+        if code != 200 or not isinstance(answer, dict) or not isinstance(answer.get("content"), dict):
+            raise ServerError("GET", f"api/contents/{path}", code, answer)
+        content: dict[str, Any] = answer["content"]
+        return content
+
     def read_file(self, path: str) -> bytes | None:
         """The file's bytes, or None when there is no such file."""
         code, answer = self.request("GET", f"api/contents/{_quote_path(path)}?type=file&format=base64&content=1")

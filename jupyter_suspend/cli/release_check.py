@@ -318,6 +318,8 @@ class ReleaseCheckPrepareApp(ReleaseCheckCommand):
             return self.failed(result, f"the environment cannot be suspended now (state {status.get('state')})")
         if client.session_for(notebook) is not None:
             raise UsageError(f"{notebook} already has a running kernel: pass another --notebook")
+        if not is_canary_or_absent(client, notebook):
+            raise UsageError(f"{notebook} exists and is not a release-check canary notebook: pass another --notebook")
 
         # The notebook first, so that the kernel is the notebook's (a session at its path).
         client.ensure_directory(posixpath.dirname(notebook))
@@ -406,6 +408,15 @@ class ReleaseCheckPrepareApp(ReleaseCheckCommand):
         )
         self.emit(result, text)
         return EXIT_OK
+
+
+def is_canary_or_absent(client: JupyterServerClient, notebook: str) -> bool:
+    """Prepare overwrites only its own canary notebook, never a user's."""
+    try:
+        content = client.read_notebook(notebook)
+    except ServerError:  # a folder, a file that is no notebook, ...
+        return False
+    return content is None or NOTEBOOK_MARK in (content.get("metadata") or {})
 
 
 def canary_notebook() -> dict[str, Any]:
