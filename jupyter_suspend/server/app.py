@@ -14,11 +14,12 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 
 from .activity import ActivityMonitor
 from .backends.base import Backend
-from .handlers import handlers
+from .handlers import handlers, metrics_handlers
 from .idle_policy import ClassResolver, IdlePolicy
 from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
+from .metrics import SuspendMetrics
 from .replay import PINNED_KINDS
 from .session_guard import SessionGuard, lifecycle_refusal
 
@@ -102,6 +103,10 @@ class SuspendApp(ExtensionApp):
     def initialize_settings(self) -> None:
         backend = load_backend_class(self.backend)(parent=self)
         journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes, pinned_kinds=pinned_kinds(backend))
+        # Counters survive a restart: rebuilt from the journal, then they follow it entry by entry.
+        self.metrics = SuspendMetrics(backend.name, last_activity=lambda: self.lifecycle.environment.last_activity())
+        self.metrics.rebuild(journal.read().entries)
+        journal.listeners.append(self.metrics.observe)
         self._tell_kernels_the_checkpoint_dir()
         event_logger = getattr(self.serverapp, "event_logger", None)
         if event_logger is not None:
@@ -144,6 +149,7 @@ class SuspendApp(ExtensionApp):
         self.settings.update(
             {
                 "jupyter_suspend_lifecycle": self.lifecycle,
+                "jupyter_suspend_metrics": self.metrics,
                 "jupyter_suspend_max_body_bytes": self.max_body_bytes,
                 "jupyter_suspend_idle_policy": self.idle_policy,
             }
@@ -185,6 +191,7 @@ class SuspendApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())
+        self.handlers.extend(metrics_handlers())
 
     async def stop_extension(self) -> None:
         guard = getattr(self, "session_guard", None)

@@ -22,6 +22,7 @@ from . import openapi, snapshots
 from .idle_policy import IdlePolicy, NoWarning
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
+from .metrics import CONTENT_TYPE, METRICS_PATH, SuspendMetrics
 from .states import IllegalState
 from .validation import BadRequest, parse_body
 
@@ -233,3 +234,19 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/activity/keep-running", KeepRunningHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]
+
+
+class MetricsHandler(SuspendAPIHandler):
+    """Prometheus scrapes (text, not JSON); authenticated like the API and never counted as activity."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        metrics: SuspendMetrics = self.settings["jupyter_suspend_metrics"]
+        self.set_header("Cache-Control", "no-store")
+        self.finish(metrics.exposition(), set_content_type=CONTENT_TYPE)
+
+
+def metrics_handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
+    """Outside the JSON API (``handlers()`` and its OpenAPI document): the Prometheus exposition format."""
+    return [(rf"/{METRICS_PATH}", MetricsHandler)]
