@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from traitlets import Bool, Dict, Float, Unicode, validate
+from traitlets import Bool, Dict, Float, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from .activity import ActivityMonitor, Reading
@@ -395,7 +395,10 @@ class IdlePolicy(LoggingConfigurable):
     @validate("workload_classes")
     def _valid_classes(self, proposal: Any) -> dict[str, Any]:
         value: dict[str, Any] = proposal["value"]
-        parse_classes(value)  # a ValueError here stops the server with the reason
+        try:
+            parse_classes(value)
+        except ValueError as exc:  # the server does not start, and says why
+            raise TraitError(str(exc)) from exc
         return value
 
     def setup(self, lifecycle: Lifecycle, monitor: ActivityMonitor, resolver: ClassResolver, emit: EventSink) -> None:
