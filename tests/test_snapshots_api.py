@@ -231,7 +231,9 @@ def test_gke_list_and_delete_through_the_sidecar(pod: Pod) -> None:
     newer = take_snapshot(pod)
     others = other_pods_snapshot(pod.kube)
     # GKE documents no size field; where one is reported (this spelling is one the sidecar reads), it is shown.
-    path = pod.kube.get(GKE, "podsnapshots", NAMESPACE, newer)["status"]["storageStatus"]["gcs"]["observedGCSPath"]
+    stored = pod.kube.get(GKE, "podsnapshots", NAMESPACE, newer)
+    assert stored is not None
+    path = stored["status"]["storageStatus"]["gcs"]["observedGCSPath"]
     size = {"gcs": {"observedGCSPath": path, "sizeBytes": "5368709120"}}
     pod.kube.patch_status(GKE, "podsnapshots", NAMESPACE, newer, {"storageStatus": size})
 
