@@ -16,6 +16,7 @@ import { api } from './api';
 import { CommandRefresher, registerCommands } from './commands';
 import { SuspendFlows } from './flows';
 import { SuspendModel } from './model';
+import { IdleWarningNotifier } from './idle';
 import { KernelStartHold } from './kernelhold';
 import { ColdStartNotifier } from './notify';
 import { ResumeReconnector } from './reconnect';
@@ -133,6 +134,8 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
         void notifier.check(model.status);
       }
     });
+    // The idle policy's warning before an automatic suspend, with Keep running.
+    new IdleWarningNotifier({ model, trans });
 
     if (statusBar) {
       const item = new SuspendStatusItem(model, {

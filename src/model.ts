@@ -3,6 +3,7 @@ import { VDomModel } from '@jupyterlab/ui-components';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, IStream, Signal } from '@lumino/signaling';
 
+import { IDLE_EVENT_SCHEMA_ID } from './idle';
 import {
   EVENT_SCHEMA_ID,
   ILifecycleEvent,
@@ -170,7 +171,10 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   }
 
   private _busy(): boolean {
-    return !!this._status?.operation?.in_progress;
+    // An announced automatic suspend counts too: its countdown and its end show promptly.
+    return (
+      !!this._status?.operation?.in_progress || !!this._status?.idle_warning
+    );
   }
 
   private _frequency(busy: boolean): IPoll.Frequency {
@@ -234,6 +238,10 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   }
 
   private _onEmission(_: unknown, emission: Event.Emission): void {
+    if (emission.schema_id === IDLE_EVENT_SCHEMA_ID) {
+      void this._poll.refresh(); // the status carries the warning
+      return;
+    }
     if (emission.schema_id !== EVENT_SCHEMA_ID) {
       return;
     }

@@ -19,6 +19,7 @@ import {
   stepLabel
 } from './display';
 import { suspendIcon } from './icons';
+import { keepRunning, secondsLeft, warningLabel } from './idle';
 import { SuspendModel } from './model';
 import { allowedActions, backendText } from './status';
 import { CommandIDs, ISettings } from './tokens';
@@ -96,12 +97,21 @@ export class SuspendStatusItem extends VDomRenderer<SuspendModel> {
     this.node.dataset.state = shown.state;
     this.node.dataset.tone = shown.tone;
     this.node.dataset.reconnecting = String(this.model.reconnecting);
+    const warning = warningLabel(
+      this.model.status,
+      this.model.fetchedAt,
+      this._options.trans
+    );
+    this.node.dataset.idleWarning = String(warning !== null);
     const title = tooltipText(this.model, shown, this._options.trans);
     this.node.title = title;
     return (
       <GroupItem spacing={4}>
         <suspendIcon.react tag="span" stylesheet="statusBar" />
-        <TextItem source={shown.label} className="jp-suspend-status-label" />
+        <TextItem
+          source={warning ?? shown.label}
+          className="jp-suspend-status-label"
+        />
       </GroupItem>
     );
   }
@@ -194,6 +204,38 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
             </dd>
             <dt>{trans.__('Backend')}</dt>
             <dd>{status.backend.name}</dd>
+            <dt>{trans.__('Workload class')}</dt>
+            <dd className="jp-suspend-panel-class">
+              {status.workload_class ?? '—'}
+              {' · '}
+              {status.idle_policy_enabled
+                ? trans.__('automatic suspend on')
+                : trans.__('automatic suspend off')}
+            </dd>
+            {status.idle_warning && (
+              <>
+                <dt>{trans.__('Automatic suspend')}</dt>
+                <dd className="jp-suspend-panel-idle-warning">
+                  {trans.__(
+                    'in %1 s: %2',
+                    Math.ceil(
+                      secondsLeft(status.idle_warning, this.model.fetchedAt)
+                    ),
+                    status.idle_warning.reason
+                  )}{' '}
+                  <button
+                    className="jp-mod-styled jp-suspend-action"
+                    onClick={() =>
+                      void keepRunning()
+                        .catch(() => undefined)
+                        .then(() => this.model.refresh())
+                    }
+                  >
+                    {trans.__('Keep running')}
+                  </button>
+                </dd>
+              </>
+            )}
             {text.keeps.length > 0 && (
               <>
                 <dt>{trans.__('A suspend keeps')}</dt>

@@ -6,10 +6,6 @@
  */
 
 /**
- * ISO 8601, UTC.
- */
-export type StatusTimestamp = string;
-/**
  * Lifecycle states.
  */
 export type State =
@@ -21,6 +17,45 @@ export type State =
   | 'restoring'
   | 'ready'
   | 'failed';
+/**
+ * ISO 8601, UTC.
+ */
+export type StatusTimestamp = string;
+export type ActivitySignalName =
+  | 'kernel_execution'
+  | 'kernel_output'
+  | 'kernel_connection'
+  | 'terminals'
+  | 'gpu'
+  | 'keep_running'
+  | 'environment_started';
+/**
+ * The one JSON document a release-check command prints with --json. The record prepare writes (and verify reads) is $defs/record.
+ */
+export type CliReleaseCheck = CliReleaseCheckPrepare | CliReleaseCheckVerify;
+export type CliReleaseCheckTimestamp = string;
+export type CliReleaseCheckVerdict = 'LIVE' | 'COLD' | 'MISMATCH';
+export type CliReleaseCheckSha256 = string;
+/**
+ * Plain states of an environment seen from outside.
+ */
+export type CliResumeState =
+  | 'suspended'
+  | 'waiting_for_capacity'
+  | 'restoring'
+  | 'ready'
+  | 'failed'
+  | 'timed_out';
+/**
+ * Plain states of an environment seen from outside.
+ */
+export type CliStatusState =
+  | 'suspended'
+  | 'waiting_for_capacity'
+  | 'restoring'
+  | 'ready'
+  | 'failed'
+  | 'timed_out';
 export type RestoreKind = 'live' | 'cold';
 export type TimelineMark = StatusTimestamp | null;
 export type TimelineSeconds = number | null;
@@ -34,18 +69,53 @@ export type VerifyRequestName = string;
  */
 export interface JupyterSuspendApi {
   AcknowledgeRequest: AcknowledgeRequest;
+  Activity: Activity;
+  ActivitySignal: ActivitySignal;
+  ActivitySignalName: ActivitySignalName;
   Backend: Backend;
   BackendText: BackendText;
+  BreakEven: BreakEven;
   Capabilities: Capabilities;
   CheckpointRecordRequest: CheckpointRecordRequest;
   CheckpointRecorded: CheckpointRecorded;
   CheckpointRequest: CheckpointRequest;
+  CliReleaseCheck: CliReleaseCheck;
+  CliReleaseCheckBackend: CliReleaseCheckBackend;
+  CliReleaseCheckBeforeAfter: CliReleaseCheckBeforeAfter;
+  CliReleaseCheckPrepare: CliReleaseCheckPrepare;
+  CliReleaseCheckRecord: CliReleaseCheckRecord;
+  CliReleaseCheckSha256: CliReleaseCheckSha256;
+  CliReleaseCheckSuspend: CliReleaseCheckSuspend;
+  CliReleaseCheckTimestamp: CliReleaseCheckTimestamp;
+  CliReleaseCheckVerdict: CliReleaseCheckVerdict;
+  CliReleaseCheckVerify: CliReleaseCheckVerify;
+  CliReport: CliReport;
+  CliReportCycle: CliReportCycle;
+  CliReportHours: CliReportHours;
+  CliReportSummary: CliReportSummary;
+  CliResume: CliResume;
+  CliResumeState: CliResumeState;
+  CliSimulate: CliSimulate;
+  CliSimulateClass: CliSimulateClass;
+  CliSimulateRow: CliSimulateRow;
+  CliSnapshots: CliSnapshots;
+  CliSnapshotsDeleted: CliSnapshotsDeleted;
+  CliSnapshotsKept: CliSnapshotsKept;
+  CliSnapshotsSnapshot: CliSnapshotsSnapshot;
+  CliSnapshotsStale: CliSnapshotsStale;
+  CliStatus: CliStatus;
+  CliStatusState: CliStatusState;
   ColdStart: ColdStart;
   Cycle: Cycle;
   CycleEvent: CycleEvent;
   ErrorAnswer: ErrorAnswer;
   Failure: Failure;
+  IdleDecision: IdleDecision;
+  IdleEvent: IdleEvent;
+  IdleWarning: IdleWarning;
   JournalProblem: JournalProblem;
+  KeepRunningAnswer: KeepRunningAnswer;
+  KeepRunningRequest: KeepRunningRequest;
   LastRestore: LastRestore;
   LifecycleEvent: LifecycleEvent;
   NameVerification: NameVerification;
@@ -61,6 +131,9 @@ export interface JupyterSuspendApi {
   RestoredCheckpoints: RestoredCheckpoints;
   RestoredCheckpointsByKernel: RestoredCheckpointsByKernel;
   ResumeRequest: ResumeRequest;
+  SnapshotDeleted: SnapshotDeleted;
+  SnapshotRow: SnapshotRow;
+  Snapshots: Snapshots;
   State: State;
   Status: Status;
   StatusTimestamp: StatusTimestamp;
@@ -72,11 +145,106 @@ export interface JupyterSuspendApi {
   Verification: Verification;
   VerifyRequest: VerifyRequest;
   VerifyRequestName: VerifyRequestName;
+  WorkloadClass: WorkloadClass;
 }
 /**
  * Leave the failed state and carry on working without resuming the recorded sessions.
  */
 export interface AcknowledgeRequest {}
+/**
+ * GET jupyter-suspend/api/activity: every activity signal, which one last saw activity and when, the session's workload class, the idle policy's decision with its figures (the break-even guard's among them) and the pending warning of an automatic suspend.
+ */
+export interface Activity {
+  /**
+   * The idle policy suspends automatically (IdlePolicy.enabled).
+   */
+  enabled: boolean;
+  state: State;
+  at: StatusTimestamp;
+  /**
+   * 0 while a counted signal is active, else seconds since last_activity.
+   */
+  idle_seconds: number;
+  /**
+   * Counted signals active at this moment.
+   */
+  active_now: ActivitySignalName[];
+  /**
+   * The counted signal that saw activity last.
+   */
+  last_signal: ActivitySignalName | null;
+  last_activity: StatusTimestamp | null;
+  signals: ActivitySignal[];
+  workload_class: WorkloadClass;
+  decision: IdleDecision;
+  /**
+   * An automatic suspend announced and not yet started.
+   */
+  warning: IdleWarning | null;
+}
+export interface ActivitySignal {
+  name: ActivitySignalName;
+  /**
+   * The signal counts towards the idle time (a signal not measured never counts, and never says idle).
+   */
+  counted: boolean;
+  measured: boolean;
+  /**
+   * Active at this moment (a cell running, the GPU busy).
+   */
+  active: boolean;
+  last_activity: StatusTimestamp | null;
+  detail: string;
+}
+export interface WorkloadClass {
+  name: string;
+  description: string;
+  idle_seconds: number;
+  min_running_seconds: number;
+  warning_seconds: number;
+  suspend_while_busy: boolean;
+  keep_memory: boolean;
+  /**
+   * Where the class came from.
+   */
+  source: 'environment' | 'notebook' | 'kernelspec' | 'default';
+  detail: string;
+}
+export interface IdleDecision {
+  /**
+   * suspend: the policy announces (or has announced) an automatic suspend; refused: the break-even guard says it would not pay.
+   */
+  action: 'disabled' | 'not_now' | 'active' | 'wait' | 'refused' | 'suspend';
+  reason: string;
+  figures: {
+    idle_seconds: number;
+    idle_threshold_seconds: number;
+    running_seconds: number;
+    min_running_seconds: number;
+    break_even: BreakEven;
+  };
+}
+export interface BreakEven {
+  /**
+   * expected_idle_seconds >= factor x cycle_cost_seconds.
+   */
+  pays: boolean;
+  expected_idle_seconds: number;
+  expected_source: string;
+  /**
+   * This environment's measured suspend + resume-to-runnable time (or the configured default before the first cycle).
+   */
+  cycle_cost_seconds: number;
+  cost_source: string;
+  factor: number;
+}
+export interface IdleWarning {
+  started_at: StatusTimestamp;
+  ends_at: StatusTimestamp;
+  seconds_left: number;
+  workload_class: string;
+  reason: string;
+}
 /**
  * The backend's name and capabilities; a backend may add facts of its own (such as gpu_measurement).
  */
@@ -166,6 +334,623 @@ export interface CheckpointRecorded {
  */
 export interface CheckpointRequest {
   reason?: string;
+}
+/**
+ * release-check prepare --json.
+ */
+export interface CliReleaseCheckPrepare {
+  command: 'prepare';
+  ok: boolean;
+  message: string;
+  /**
+   * Where the record was written (only when ok).
+   */
+  record: string;
+  notebook: string;
+  kernel_id?: string;
+  backend?: CliReleaseCheckBackend;
+  promises_live_memory?: boolean;
+  suspend?: CliReleaseCheckSuspend;
+  times?: {
+    [k: string]: CliReleaseCheckTimestamp | undefined;
+  };
+}
+/**
+ * The backend's name and the capabilities it declared at prepare.
+ */
+export interface CliReleaseCheckBackend {
+  name: string;
+  capabilities: {
+    [k: string]: boolean | undefined;
+  };
+}
+export interface CliReleaseCheckSuspend {
+  operation_id: string;
+  /**
+   * suspended; ready (the platform returned it before prepare saw it suspended); frozen (the server stopped answering inside its pod's snapshot).
+   */
+  outcome: 'suspended' | 'ready' | 'frozen';
+  restore: 'live' | 'cold' | null;
+  message: string | null;
+}
+/**
+ * release-check verify --json: the table and the facts behind each row.
+ */
+export interface CliReleaseCheckVerify {
+  command: 'verify';
+  /**
+   * false exactly when the exit code is 1.
+   */
+  ok: boolean;
+  message: string;
+  record: string;
+  notebook: string;
+  /**
+   * Decided by the kernel's canary (null when no kernel could be asked).
+   */
+  restore?: CliReleaseCheckVerdict | null;
+  /**
+   * Why the check passes or fails.
+   */
+  reason?: string;
+  notes?: string[];
+  kernel_id?: string;
+  server?: null | {
+    state: string;
+    restore: 'live' | 'cold' | null;
+    message: string;
+  };
+  backend?: {
+    name: string;
+    promises_live_memory: boolean;
+  };
+  canary?: {
+    verdict: CliReleaseCheckVerdict;
+    message: string;
+    recorded_hash: CliReleaseCheckSha256;
+    observed_hash: CliReleaseCheckSha256 | null;
+    same_kernel_id: boolean;
+  };
+  /**
+   * The server's own POST verify answer for the kernel (verdict null when it could not answer).
+   */
+  server_verification?: {
+    verdict: CliReleaseCheckVerdict | null;
+    message: string;
+    checkpoints_restored: string[];
+    names?: {
+      [k: string]: unknown | undefined;
+    };
+  };
+  checkpoints_restored?: string[];
+  files?: {
+    path: string;
+    present: boolean;
+    /**
+     * null: only its presence is checked (the notebook).
+     */
+    same_content: boolean | null;
+  }[];
+  kernel_environment?: {
+    changed: string[];
+    added: string[];
+    removed: string[];
+    python: CliReleaseCheckBeforeAfter;
+    executable: CliReleaseCheckBeforeAfter;
+  };
+  resume?: null | {
+    by: 'this command' | 'outside';
+    requested_at: CliReleaseCheckTimestamp | null;
+    ready_at: CliReleaseCheckTimestamp | null;
+    runnable_at?: CliReleaseCheckTimestamp;
+    seconds_to_runnable_cell?: number | null;
+    /**
+     * this command (it requested the resume), the server's timeline (resumed from outside), or an upper bound (this command's cell).
+     */
+    measured_by?:
+      'this command' | 'server timeline' | 'upper bound' | 'not measured';
+  };
+  /**
+   * The rows of the printed table: check, result, detail.
+   */
+  table?: [unknown, unknown, unknown][];
+}
+export interface CliReleaseCheckBeforeAfter {
+  before: string | null;
+  after: string | null;
+}
+/**
+ * What prepare recorded: only hashes of what the kernel holds in memory.
+ */
+export interface CliReleaseCheckRecord {
+  kind: 'jupyter-suspend-release-check';
+  version: 1;
+  server_url: string;
+  notebook: string;
+  kernel_id: string;
+  kernel_name: string;
+  session_id: string;
+  /**
+   * The kernel helper's live-state canary identity (jupyter_suspend.kernel.canary.identity()).
+   */
+  canary: {
+    hash: CliReleaseCheckSha256;
+    pid: number;
+    process_start: number | null;
+    hostname: string | null;
+    boot_id: string | null;
+    created: number | null;
+  };
+  files: {
+    path: string;
+    sha256: CliReleaseCheckSha256;
+    bytes: number;
+  }[];
+  checkpoints: string[];
+  kernel_environment: {
+    python: string;
+    executable: string;
+    /**
+     * Variable name -> the first 16 hex digits of the SHA-256 of its value (values never leave the kernel).
+     */
+    variables: {
+      [k: string]: string | undefined;
+    };
+  };
+  backend: CliReleaseCheckBackend;
+  promises_live_memory: boolean;
+  suspend: CliReleaseCheckSuspend;
+  times: {
+    [k: string]: CliReleaseCheckTimestamp | undefined;
+  };
+}
+/**
+ * jupyter suspend report --json: what suspending saved and cost, from journals (docs/cost.md).
+ */
+export interface CliReport {
+  generated_at: number;
+  journals: string[];
+  gpus_per_node: number | null;
+  problems: {
+    environment: string;
+    journal: string;
+    count: number;
+    first: {
+      line: number;
+      kind: string;
+      excerpt: string;
+      message: string;
+    };
+  }[];
+  environments: {
+    environment: string;
+    period_hours: number;
+    gpus: number | null;
+    node_hours: CliReportHours;
+    cycles: number;
+  }[];
+  cycles: CliReportCycle[];
+  totals: {
+    cycles: number;
+    results: {
+      live: number;
+      cold: number;
+      failed: number;
+      aborted: number;
+      suspended: number;
+    };
+    rates: {
+      live: number | null;
+      cold: number | null;
+      failed: number | null;
+    };
+    released_hours: number;
+    node_hours_released: number;
+    gpu_hours_released: number | null;
+    gpu_hours_unknown_cycles: number;
+    kernel_memory_gib_hours: number;
+    gpu_memory_gib_hours: number;
+    data_stored_bytes: number;
+    storage_gb_days: number;
+    resume_to_runnable_seconds: {
+      count: number;
+      p50: number | null;
+      p95: number | null;
+    };
+    node_hours: CliReportHours;
+    gpu_node_hours: CliReportHours;
+  };
+  by_class: {
+    [k: string]: CliReportSummary | undefined;
+  };
+  auto_suspends: {
+    suspended: {
+      [k: string]: number | undefined;
+    };
+    cancelled: {
+      workload_class: string;
+      reason: string;
+      count: number;
+    }[];
+  };
+}
+/**
+ * observed (the period covered), released, allocated (observed - released); null when the GPU count is unknown.
+ */
+export interface CliReportHours {
+  observed: number | null;
+  released: number | null;
+  allocated: number | null;
+}
+/**
+ * One suspend cycle: the interval the node (or memory) was free and what it cost.
+ */
+export interface CliReportCycle {
+  environment: string;
+  cycle_id: string;
+  backend: string;
+  workload_class: string;
+  origin: string;
+  reason: string;
+  result: 'live' | 'cold' | 'failed' | 'aborted' | 'suspended';
+  released_hours: number;
+  released_ongoing: boolean;
+  node_released: boolean;
+  node_hours_released: number;
+  gpus: number | null;
+  gpu_count_source: 'measured' | 'assumed' | 'unknown';
+  gpu_hours_released: number | null;
+  kernel_memory_gib_hours: number;
+  gpu_memory_gib_hours: number;
+  checkpoint_bytes: number;
+  snapshot_bytes: number | null;
+  data_stored_bytes: number;
+  storage_gb_days: number;
+  resume_to_runnable_seconds: number | null;
+  node_other_workloads: 'yes' | 'no' | 'unknown';
+  durations: {
+    [k: string]: number | null | undefined;
+  };
+  notes: string[];
+}
+/**
+ * Totals of a set of cycles (all, or one workload class); docs/cost.md defines each figure.
+ */
+export interface CliReportSummary {
+  cycles: number;
+  results: {
+    live: number;
+    cold: number;
+    failed: number;
+    aborted: number;
+    suspended: number;
+  };
+  rates: {
+    live: number | null;
+    cold: number | null;
+    failed: number | null;
+  };
+  released_hours: number;
+  node_hours_released: number;
+  gpu_hours_released: number | null;
+  gpu_hours_unknown_cycles: number;
+  kernel_memory_gib_hours: number;
+  gpu_memory_gib_hours: number;
+  data_stored_bytes: number;
+  storage_gb_days: number;
+  resume_to_runnable_seconds: {
+    count: number;
+    p50: number | null;
+    p95: number | null;
+  };
+}
+/**
+ * jupyter suspend resume NAME --json: what the resume did and the state it ended in (with --wait: ready, failed or timed_out).
+ */
+export interface CliResume {
+  command: 'resume';
+  kind: 'statefulset' | 'notebook' | 'workspace';
+  name: string;
+  namespace: string;
+  state: CliResumeState;
+  /**
+   * What the state means right now, for a person.
+   */
+  message: string;
+  /**
+   * The environment's current pod, if any.
+   */
+  pod: string | null;
+  /**
+   * When the pod entered this state (from its conditions), if known.
+   */
+  since: string | null;
+  /**
+   * How long it has been in this state (e.g. waiting for capacity).
+   */
+  seconds_in_state: number | null;
+  /**
+   * Set while waiting_for_capacity: the scheduler's reason (pod condition PodScheduled) and the newest FailedScheduling / TriggeredScaleUp / NotTriggerScaleUp event of the pod.
+   */
+  scheduling: null | {
+    reason: string;
+    message: string;
+    event: null | {
+      reason: 'FailedScheduling' | 'TriggeredScaleUp' | 'NotTriggerScaleUp';
+      message: string;
+      count: number;
+      time: string | null;
+    };
+  };
+  /**
+   * Set when ready: how the environment came back (null: the notebook server reports no restore).
+   */
+  restore: 'live' | 'cold' | null;
+  /**
+   * What decided restore: the notebook server's own status (--url) or the pod (GKE's PodRestored condition).
+   */
+  restore_source: 'server' | 'pod' | null;
+  /**
+   * The PodSnapshot a resume restores from: the pinned one, or the newest Ready one taken from this environment's pod.
+   */
+  snapshot: null | {
+    name: string;
+    pinned: boolean;
+    exists: boolean;
+    ready: boolean;
+    deleting: boolean;
+  };
+  /**
+   * Set when failed or timed_out.
+   */
+  failure: null | {
+    reason: string;
+    next_step: string;
+  };
+  /**
+   * When failed or timed_out: how to recover the work without the live session (files, application checkpoints).
+   */
+  fallback: string[];
+  elapsed_seconds: number;
+  /**
+   * Each state entered, seconds after the command started.
+   */
+  history: {
+    state: CliResumeState;
+    at_seconds: number;
+  }[];
+  /**
+   * resumed: this command asked for the pod; already_resuming: it held the lease but the workload already asked for a pod (nothing changed); already_ready: running, nothing done; joined: another resume holds the lease, this one followed it; refused: --no-join with another resume running, or an unusable --snapshot; none: the workload was not found.
+   */
+  action:
+    | 'resumed'
+    | 'already_resuming'
+    | 'already_ready'
+    | 'joined'
+    | 'refused'
+    | 'none';
+  /**
+   * The environment's resume Lease: ours, or the holder we joined or were refused by.
+   */
+  lease: null | {
+    name: string;
+    holder: string;
+    acquired_at: string | null;
+    mine: boolean;
+  };
+  waited: boolean;
+  /**
+   * When joined: who started the resume and when.
+   */
+  joined?: string;
+}
+/**
+ * jupyter suspend simulate --json: the worked example's upper bound and a sweep of idle thresholds (docs/cost.md).
+ */
+export interface CliSimulate {
+  worked_example: {
+    week_hours: number;
+    active_hours: number;
+    released_upper_bound_hours: number;
+  };
+  source: 'none' | 'journals' | 'synthetic';
+  seed: number | null;
+  journals: string[];
+  problems: {
+    environment: string;
+    journal: string;
+    count: number;
+    first: {
+      line: number;
+      kind: string;
+      excerpt: string;
+      message: string;
+    };
+  }[];
+  /**
+   * @minItems 1
+   */
+  thresholds_seconds: [number, ...number[]];
+  classes: CliSimulateClass[];
+}
+/**
+ * The sweep for one workload class (its environments summed).
+ */
+export interface CliSimulateClass {
+  workload_class: string;
+  environments: number;
+  horizon_hours: number;
+  active_hours: number;
+  released_upper_bound_hours: number;
+  suspend_seconds: number;
+  suspend_source: 'measured' | 'given' | 'default';
+  resume_seconds: number;
+  resume_source: 'measured' | 'given' | 'default';
+  rows: CliSimulateRow[];
+}
+/**
+ * One idle threshold: hours the node was free, suspends (interruptions), returns, waiting added, suspends freeing less time than the resume takes.
+ */
+export interface CliSimulateRow {
+  threshold_seconds: number;
+  released_hours: number;
+  interruptions: number;
+  returns: number;
+  waiting_added_seconds: number;
+  suspends_not_paying: number;
+}
+/**
+ * jupyter suspend snapshots list|delete|prune --json: the snapshots in scope, what was (or, with --dry-run, would be) deleted and kept, and the stale state that remains.
+ */
+export interface CliSnapshots {
+  command: 'list' | 'delete' | 'prune';
+  namespace: string;
+  target: {
+    kind: 'statefulset' | 'notebook' | 'workspace' | null;
+    name: string | null;
+    all: boolean;
+  };
+  /**
+   * In scope, newest first (before a prune).
+   */
+  snapshots: CliSnapshotsSnapshot[];
+  deleted: CliSnapshotsDeleted[];
+  kept: CliSnapshotsKept[];
+  policies_deleted: string[];
+  policies_kept: CliSnapshotsKept[];
+  dry_run: boolean;
+  /**
+   * null for delete.
+   */
+  stale: CliSnapshotsStale | null;
+  errors: {
+    name: string;
+    message: string;
+  }[];
+}
+export interface CliSnapshotsSnapshot {
+  name: string;
+  origin_pod: string | null;
+  /**
+   * The origin pod's StatefulSet.
+   */
+  environment: string | null;
+  created: string | null;
+  age_seconds: number | null;
+  /**
+   * Since the last access (else creation): what --older-than compares.
+   */
+  idle_seconds: number | null;
+  size_bytes: number | null;
+  policy: string | null;
+  policy_exists: boolean;
+  ready: boolean;
+  ready_reason: string | null;
+  last_access: string | null;
+  trigger: string | null;
+  deleting: boolean;
+  gcs_path: string | null;
+}
+export interface CliSnapshotsDeleted {
+  snapshot: string;
+  trigger: string | null;
+  policy: string | null;
+}
+export interface CliSnapshotsKept {
+  name: string;
+  why: string;
+}
+export interface CliSnapshotsStale {
+  triggers_without_snapshot: {
+    name: string;
+    target_pod: string | null;
+    why: string;
+  }[];
+  /**
+   * Their storage cannot be freed by deleting them: orphaned unless the policy is recreated first.
+   */
+  snapshots_without_policy: {
+    name: string;
+    policy: string | null;
+    gcs_path: string | null;
+  }[];
+  policies_matching_no_pod: string[];
+}
+/**
+ * jupyter suspend status NAME --json: the state of one environment, seen once from the Kubernetes API (and the notebook server with --url).
+ */
+export interface CliStatus {
+  command: 'status';
+  kind: 'statefulset' | 'notebook' | 'workspace';
+  name: string;
+  namespace: string;
+  state: CliStatusState;
+  /**
+   * What the state means right now, for a person.
+   */
+  message: string;
+  /**
+   * The environment's current pod, if any.
+   */
+  pod: string | null;
+  /**
+   * When the pod entered this state (from its conditions), if known.
+   */
+  since: string | null;
+  /**
+   * How long it has been in this state (e.g. waiting for capacity).
+   */
+  seconds_in_state: number | null;
+  /**
+   * Set while waiting_for_capacity: the scheduler's reason (pod condition PodScheduled) and the newest FailedScheduling / TriggeredScaleUp / NotTriggerScaleUp event of the pod.
+   */
+  scheduling: null | {
+    reason: string;
+    message: string;
+    event: null | {
+      reason: 'FailedScheduling' | 'TriggeredScaleUp' | 'NotTriggerScaleUp';
+      message: string;
+      count: number;
+      time: string | null;
+    };
+  };
+  /**
+   * Set when ready: how the environment came back (null: the notebook server reports no restore).
+   */
+  restore: 'live' | 'cold' | null;
+  /**
+   * What decided restore: the notebook server's own status (--url) or the pod (GKE's PodRestored condition).
+   */
+  restore_source: 'server' | 'pod' | null;
+  /**
+   * The PodSnapshot a resume restores from: the pinned one, or the newest Ready one taken from this environment's pod.
+   */
+  snapshot: null | {
+    name: string;
+    pinned: boolean;
+    exists: boolean;
+    ready: boolean;
+    deleting: boolean;
+  };
+  /**
+   * Set when failed or timed_out.
+   */
+  failure: null | {
+    reason: string;
+    next_step: string;
+  };
+  /**
+   * When failed or timed_out: how to recover the work without the live session (files, application checkpoints).
+   */
+  fallback: string[];
+  elapsed_seconds: number;
+  /**
+   * Each state entered, seconds after the command started.
+   */
+  history: {
+    state: CliStatusState;
+    at_seconds: number;
+  }[];
 }
 export interface ColdStart {
   previous_state: State;
@@ -306,6 +1091,19 @@ export interface Failure {
   next_step: string;
 }
 /**
+ * The idle policy announced an automatic suspend (warning), cancelled it (by keep_running, activity or the state), or started it (suspend).
+ */
+export interface IdleEvent {
+  action: 'warning' | 'cancelled' | 'suspend';
+  workload_class: string;
+  reason: string;
+  by?: 'keep_running' | 'activity' | 'state';
+  started_at?: string;
+  ends_at?: string;
+  seconds_left?: number;
+  [k: string]: unknown | undefined;
+}
+/**
  * A line of the journal that could not be read at start-up (line 0: the journal itself cannot be read or written).
  */
 export interface JournalProblem {
@@ -320,6 +1118,14 @@ export interface JournalProblem {
    */
   message?: string;
 }
+export interface KeepRunningAnswer {
+  cancelled: true;
+  workload_class: string;
+}
+/**
+ * Cancel the announced automatic suspend: the user keeps working (journaled as auto_suspend_cancelled).
+ */
+export interface KeepRunningRequest {}
 /**
  * The report of the last restore, from its journal entry.
  */
@@ -487,6 +1293,18 @@ export interface Status {
    */
   cold_start: ColdStart | null;
   last_restore: LastRestore | null;
+  /**
+   * The session's workload class as the idle policy last resolved it (null before its first reading).
+   */
+  workload_class?: string | null;
+  /**
+   * The idle policy suspends idle sessions automatically.
+   */
+  idle_policy_enabled?: boolean;
+  /**
+   * An automatic suspend announced (POST activity/keep-running cancels it).
+   */
+  idle_warning?: IdleWarning | null;
   server: {
     /**
      * Identifies this server process.
@@ -551,6 +1369,89 @@ export interface PreflightKernel {
  */
 export interface ResumeRequest {
   reason?: string;
+}
+/**
+ * DELETE jupyter-suspend/api/snapshots/NAME: the snapshot is being deleted (the platform frees its storage through a finalizer) with the trigger that made it.
+ */
+export interface SnapshotDeleted {
+  deleted: string;
+  /**
+   * The PodSnapshotManualTrigger deleted with it (null: none was left).
+   */
+  trigger: string | null;
+}
+/**
+ * One PodSnapshot of this pod.
+ */
+export interface SnapshotRow {
+  name: string;
+  /**
+   * creationTimestamp (RFC 3339).
+   */
+  created: string | null;
+  age_seconds: number | null;
+  /**
+   * Stored size where the platform reports one.
+   */
+  size_bytes: number | null;
+  /**
+   * The PodSnapshotPolicy it was taken under.
+   */
+  policy: string | null;
+  ready: boolean;
+  /**
+   * The Ready condition's reason (AwaitingCheckpoint while uploading).
+   */
+  ready_reason: string | null;
+  /**
+   * status.lastAccessTime: the retention clock.
+   */
+  last_access: string | null;
+  /**
+   * The PodSnapshotManualTrigger that made it.
+   */
+  trigger: string | null;
+  /**
+   * Deletion requested; the platform is freeing its storage.
+   */
+  deleting: boolean;
+  /**
+   * The snapshot a restore would use now.
+   */
+  would_restore: boolean;
+  /**
+   * DELETE would be accepted in the current state.
+   */
+  deletable: boolean;
+  /**
+   * Why DELETE would be refused (409) now.
+   */
+  protected_because: string | null;
+}
+/**
+ * GET jupyter-suspend/api/snapshots: this pod's snapshots, newest first. A backend that keeps no snapshots answers supported: false and says why, with an empty list.
+ */
+export interface Snapshots {
+  /**
+   * The backend keeps snapshots (capabilities.keeps_snapshots).
+   */
+  supported: boolean;
+  /**
+   * Why there are no snapshots on this backend; null when supported.
+   */
+  reason: string | null;
+  backend: string;
+  state: State;
+  /**
+   * The pod whose snapshots these are.
+   */
+  pod: string | null;
+  namespace: string | null;
+  /**
+   * The snapshot a restore would use now: the most recent Ready one.
+   */
+  would_restore: string | null;
+  snapshots: SnapshotRow[];
 }
 /**
  * Flush everything durable, then release the environment. With dry_run, only report what a suspend would keep and lose.
