@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..server.metrics import reason_label
 from ..server.replay import Cycle, replay
 from ..server.timeline import cycle_to_dict
 
@@ -203,7 +204,7 @@ def environment_cost(
         elif kind == SNAPSHOT_DELETED_KIND and cycle is not None:
             deleted[cycle] = float(entry["wall"])
         elif kind == AUTO_SUSPEND_CANCELLED:
-            cancelled[(str(entry.get("workload_class") or DEFAULT_CLASS), str(entry.get("reason") or ""))] += 1
+            cancelled[(str(entry.get("workload_class") or DEFAULT_CLASS), reason_label(entry))] += 1
         if cycle is not None and isinstance(entry.get(NODE_OTHER_WORKLOADS), bool):
             other_work[cycle] = entry[NODE_OTHER_WORKLOADS]
     # The state left suspended/failed without a restore (acknowledged, a new suspend): the interval ends there.

@@ -16,6 +16,7 @@ counters from zero. What journal rotation dropped is not counted again.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,6 +45,21 @@ HELP_SUFFIX = " Rebuilt from the journal when the server starts: a restart does 
 def _label(value: Any, default: str) -> str:
     text = value if isinstance(value, str) and value else default
     return text[:MAX_LABEL]
+
+
+def reason_label(entry: dict[str, Any]) -> str:
+    """A bounded label for why an automatic suspend happened or was cancelled.
+
+    The journal's ``reason`` is a sentence with figures ("automatic suspend: idle 903 s (threshold 900 s...")
+    that would make a new series per suspend; a cancel's ``by`` (activity, state, keep_running) is bounded
+    already. Otherwise the words before the first figure ("idle")."""
+    by = entry.get("by")
+    if entry.get("kind") == "auto_suspend_cancelled" and isinstance(by, str) and by:
+        return by[:MAX_LABEL]
+    reason = entry.get("reason")
+    text = re.sub(r"^automatic suspend:\s*", "", reason) if isinstance(reason, str) else ""
+    head = re.split(r"[\d(;:,]", text, maxsplit=1)[0].strip()
+    return (head or "unspecified")[:MAX_LABEL]
 
 
 def _number(value: Any) -> float | None:
@@ -160,11 +176,11 @@ class SuspendMetrics:
             self._last_cycle = op
             if entry.get("origin") == "idle_policy":
                 self.auto_suspends.labels(
-                    _label(entry.get("workload_class"), "unclassified"), _label(entry.get("reason"), "idle")
+                    _label(entry.get("workload_class"), "unclassified"), reason_label(entry)
                 ).inc()
         elif kind == "auto_suspend_cancelled":
             self.auto_suspends_cancelled.labels(
-                _label(entry.get("workload_class"), "unclassified"), _label(entry.get("reason"), "")
+                _label(entry.get("workload_class"), "unclassified"), reason_label(entry)
             ).inc()
         elif kind == EntryKind.FLUSHED.value and (pending := self._cycle(op)) and wall is not None:
             pending.flushed_at = wall
