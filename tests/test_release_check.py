@@ -15,8 +15,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,12 @@ def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
             app.clear_instance()
     out, err = capsys.readouterr()
     return int(code or 0), out, err
+
+
+def run_here(capsys: pytest.CaptureFixture[str], *args: str, token: str) -> subprocess.CompletedProcess[str]:
+    """:func:`in_process` shaped like :func:`release_check` (which proves the installed command; this is faster)."""
+    code, out, err = in_process(capsys, *args, f"--token={token}")
+    return subprocess.CompletedProcess(["release-check", *args], code, out, err)
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -134,7 +142,9 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         # (a) resumed from outside (as a returning user would), then verified: local keeps no memory.
         server.api("POST", "resume", {}, expect=202)
         server.wait(lambda s: s["state"] == "ready")
-        done = release_check("verify", "--json", f"--url={server.url}", f"--record={first_record}", token=server.token)
+        done = run_here(
+            capsys, "verify", "--json", f"--url={server.url}", f"--record={first_record}", token=server.token
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         verified = as_json(done)
         assert verified["restore"] == "COLD"
@@ -168,14 +178,18 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert not other.exists()
         assert server.api("GET", "status")["state"] == "ready"
 
-        # A second canary for the next check (the first notebook's kernel is running again).
-        done = release_check(
+        # A second canary for the next check; the first one's kernel is shut down (one kernel to resume, not two).
+        code, sessions = server.request("GET", "api/sessions")
+        for session in sessions:
+            assert server.request("DELETE", f"api/sessions/{session['id']}")[0] == 204
+        done = run_here(
+            capsys,
             "prepare",
             f"--url={server.url}",
-            f"--token={server.token}",
             f"--record={second_record}",
             "--notebook=release-check/second.ipynb",
             f"--kernel={KERNEL}",
+            token=server.token,
         )
         assert done.returncode == 0, done.stderr
         assert "suspended" in done.stdout
@@ -192,8 +206,8 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         foreign = json.loads(second_record.read_text())
         foreign["suspend"]["operation_id"] = "0123456789ab"
         (tmp_path / "foreign.json").write_text(json.dumps(foreign))
-        done = release_check(
-            "verify", f"--url={server.url}", f"--record={tmp_path / 'foreign.json'}", token=server.token
+        done = run_here(
+            capsys, "verify", f"--url={server.url}", f"--record={tmp_path / 'foreign.json'}", token=server.token
         )
         assert done.returncode == 2, done.stdout + done.stderr
         assert "not in the journal" in done.stderr
@@ -218,11 +232,15 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
 SNAPSHOT_LIKE = "c.SuspendApp.backend = 'tests.backends:SnapshotLikeBackend'\n"
 
 
-def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp_path: Path) -> None:
+def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = ServerProcess(tmp_path, tmp_path / "state", SNAPSHOT_LIKE).start()
     record_path = tmp_path / "record.json"
     try:
-        done = release_check("prepare", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        done = run_here(
+            capsys, "prepare", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token
+        )
         assert done.returncode == 0, done.stderr
         prepared = as_json(done)
         assert prepared["promises_live_memory"] is True
@@ -230,7 +248,9 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp
         assert prepared["suspend"]["outcome"] == "ready"
         assert prepared["suspend"]["restore"] == "live"
 
-        done = release_check("verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        done = run_here(
+            capsys, "verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         live = as_json(done)
         assert live["restore"] == "LIVE"
@@ -241,7 +261,9 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp
         kernel_id = json.loads(record_path.read_text())["kernel_id"]
         server.request("POST", f"api/kernels/{kernel_id}/restart", {})
         assert server.api("GET", "status")["restore"] == "live"
-        done = release_check("verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token)
+        done = run_here(
+            capsys, "verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token
+        )
         assert done.returncode == 1, done.stdout + done.stderr
         forged = as_json(done)
         assert forged["ok"] is False
@@ -251,6 +273,40 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(tmp
         assert row(forged, "verdict")[1] == "FAIL"
     finally:
         server.stop()
+
+
+def test_a_server_frozen_in_its_pods_snapshot_ends_prepare_as_frozen(tmp_path: Path) -> None:
+    """On GKE the server is inside the snapshot: from outside it stops answering once it is snapshotting."""
+    config = SNAPSHOT_LIKE + "c.SnapshotLikeBackend.never_returns = True\n"
+    server = ServerProcess(tmp_path, tmp_path / "state", config).start()
+    assert server.process is not None
+    record_path = tmp_path / "record.json"
+    args = ["--json", f"--url={server.url}", f"--record={record_path}", "--poll-interval=0.1", "--request-timeout=2"]
+    prepare = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_suspend.cli.app", "release-check", "prepare", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JUPYTER_TOKEN": server.token},
+    )
+    try:
+        server.wait(lambda s: s["state"] == "snapshotting", timeout=60)
+        time.sleep(1.0)  # prepare, polling every 0.1 s, has seen it too
+        os.kill(server.process.pid, signal.SIGSTOP)  # the snapshot freezes the pod, the server with it
+        try:
+            out, err = prepare.communicate(timeout=60)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert prepare.returncode == 0, out + err
+        prepared = as_json(subprocess.CompletedProcess(prepare.args, 0, out, err))
+        assert prepared["suspend"]["outcome"] == "frozen"
+        assert prepared["promises_live_memory"] is True
+        RECORD.validate(json.loads(record_path.read_text()))
+    finally:
+        if prepare.poll() is None:
+            prepare.kill()
+            prepare.communicate()
+        server.stop(signal.SIGKILL)
 
 
 def test_bad_arguments_and_records_exit_2_before_anything_is_done(

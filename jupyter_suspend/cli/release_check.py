@@ -229,6 +229,9 @@ class ReleaseCheckCommand(CommandApp):
     ).tag(config=True)
     cell_timeout = Float(120.0, help="Seconds a cell in the canary kernel may take.").tag(config=True)
     poll_interval = Float(0.5, help="Seconds between two status requests while waiting.").tag(config=True)
+    request_timeout = Float(
+        10.0, help="Seconds one request may take; a server silent for longer is unreachable (or frozen)."
+    ).tag(config=True)
 
     flags = BASE_FLAGS
     aliases: dict[Any, Any] = {
@@ -236,6 +239,9 @@ class ReleaseCheckCommand(CommandApp):
         "token": "ReleaseCheckCommand.token",
         "record": "ReleaseCheckCommand.record",
         "timeout": "ReleaseCheckCommand.timeout",
+        "cell-timeout": "ReleaseCheckCommand.cell_timeout",
+        "poll-interval": "ReleaseCheckCommand.poll_interval",
+        "request-timeout": "ReleaseCheckCommand.request_timeout",
     }
 
     def client(self) -> JupyterServerClient:
@@ -245,9 +251,10 @@ class ReleaseCheckCommand(CommandApp):
             normalize_url(self.url)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-        if self.timeout <= 0 or self.cell_timeout <= 0 or self.poll_interval <= 0:
+        if min(self.timeout, self.cell_timeout, self.poll_interval, self.request_timeout) <= 0:
             raise UsageError("--timeout and the other durations must be positive")
-        return JupyterServerClient(self.url, self.token or os.environ.get("JUPYTER_TOKEN", ""))
+        token = self.token or os.environ.get("JUPYTER_TOKEN", "")
+        return JupyterServerClient(self.url, token, timeout=self.request_timeout)
 
     def progress(self, message: str) -> None:
         self.log.info("%s", message)
