@@ -37,6 +37,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ import pytest
 
 from jupyter_suspend.cli import cost
 from jupyter_suspend.cli.report import build_report, journal_files
+
+from .conftest import SuspendClient, checkpoint_handler_code
 
 JOURNALS = Path(__file__).parent / "journals"
 SCHEMA = json.loads((Path(__file__).parent.parent / "jupyter_suspend/common/schemas/cli-report.json").read_text())
@@ -218,3 +221,25 @@ def test_bad_arguments_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) 
     assert done.returncode == 2, done
     assert said in done.stderr
     assert done.stdout == ""
+
+
+async def test_the_journal_of_a_real_suspend_and_resume(suspend_api: SuspendClient, state_dir: Path) -> None:
+    session = await suspend_api.open_notebook("model.ipynb")
+    await suspend_api.run(session["kernel"]["id"], checkpoint_handler_code())
+    assert (await suspend_api.suspend(reason="end of day"))["state"] == "suspended"
+    assert (await suspend_api.resume())["state"] == "ready"
+    timeline = await suspend_api.json("GET", "timeline")
+
+    data = build_report(journal_files([str(state_dir / "journal.jsonl")]), time.time(), gpus_per_node=None)
+    jsonschema.validate(data, SCHEMA)
+    [cycle] = data["cycles"]
+    measured = timeline["cycles"][0]
+    assert cycle["result"] == "cold"
+    assert cycle["backend"] == "local"
+    assert cycle["node_released"] is False
+    assert cycle["node_hours_released"] == 0
+    assert cycle["node_other_workloads"] == "yes"
+    assert cycle["checkpoint_bytes"] == 8  # the checkpoint handler's answer
+    assert cycle["resume_to_runnable_seconds"] == measured["durations"]["resume_to_runnable"]
+    assert cycle["kernel_memory_gib_hours"] > 0
+    assert data["problems"] == []
