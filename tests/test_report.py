@@ -214,6 +214,7 @@ def test_html_without_matplotlib_says_so_and_exits_1(tmp_path: Path) -> None:
         ((str(JOURNALS), "--gpus-per-node=-1"), "--gpus-per-node must be 0 or more"),
         ((str(JOURNALS), "--gpus-per-node=many"), "many"),
         ((str(JOURNALS), "--html={empty}"), "is a directory"),
+        ((str(JOURNALS), "--html={empty}/missing/report.html"), "its folder does not exist"),
     ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) -> None:

@@ -269,6 +269,11 @@ class ReportApp(CommandApp):
         "per workload class. Unreadable journal lines are reported. docs/cost.md defines every figure."
     )
     schema_name = "report"
+    examples = """
+jupyter suspend report /srv/journals --gpus-per-node 8
+jupyter suspend report alice/journal.jsonl bob/journal.jsonl --json
+jupyter suspend report /srv/journals --html report.html
+"""
 
     gpus_per_node = Integer(
         None,
@@ -288,6 +293,8 @@ class ReportApp(CommandApp):
         files = journal_files(list(self.extra_args))
         if self.html_file and Path(self.html_file).is_dir():
             raise UsageError(f"--html {self.html_file} is a directory, not a file")
+        if self.html_file and not Path(self.html_file).resolve().parent.is_dir():
+            raise UsageError(f"--html {self.html_file}: its folder does not exist")
         data = build_report(files, time.time(), self.gpus_per_node)
         for problem in data["problems"]:
             print(
@@ -301,6 +308,10 @@ class ReportApp(CommandApp):
             except ImportError:
                 print(f"jupyter suspend report: {MATPLOTLIB_MISSING}", file=sys.stderr)
                 return EXIT_FAILED
-            Path(self.html_file).write_text(render_html(data, images))
+            try:
+                Path(self.html_file).write_text(render_html(data, images))
+            except OSError as exc:
+                print(f"jupyter suspend report: --html {self.html_file} not written: {exc}", file=sys.stderr)
+                return EXIT_FAILED
         self.emit(data, render_text(data))
         return EXIT_OK

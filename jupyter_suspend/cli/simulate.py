@@ -67,6 +67,11 @@ class SimulateApp(CommandApp):
         "(median) unless --suspend-seconds/--resume-seconds are given. docs/cost.md defines every figure."
     )
     schema_name = "simulate"
+    examples = """
+jupyter suspend simulate                      # the worked example: 168 - 40 = 128
+jupyter suspend simulate /srv/journals --thresholds 5m,15m,30m,1h,2h
+jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seconds 240
+"""
 
     week_hours = Float(168.0, help="Hours of the worked example's week.").tag(config=True)
     active_hours = Float(40.0, help="Hours worked in the worked example's week.").tag(config=True)
