@@ -10,13 +10,14 @@ Every figure comes from the journal: :meth:`SuspendMetrics.observe` folds one
 entry, the journal calls it for each entry it appends (``Journal.listeners``),
 and at server start :meth:`SuspendMetrics.rebuild` folds the whole journal, so
 a restarted server (a pod replaced after a restore) does not start its
-counters from zero. What journal rotation dropped is not counted again.
+counters from zero (what journal rotation had dropped by then is missing from them).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -157,6 +158,8 @@ class SuspendMetrics:
             r.register(_IdleCollector(last_activity))
         self._pending: dict[str, _Pending] = {}
         self._last_cycle: str | None = None
+        # Entries are appended from the event loop and from worker threads.
+        self._lock = threading.Lock()
 
     # -- the fold ----------------------------------------------------------------------------
     def rebuild(self, entries: Iterable[dict[str, Any]]) -> None:
@@ -166,6 +169,10 @@ class SuspendMetrics:
 
     def observe(self, entry: dict[str, Any]) -> None:
         """Fold one journal entry (a listener of :class:`~jupyter_suspend.server.journal.Journal`)."""
+        with self._lock:
+            self._fold(entry)
+
+    def _fold(self, entry: dict[str, Any]) -> None:
         kind, wall, op = entry.get("kind"), _number(entry.get("wall")), entry.get("operation_id")
         if kind == EntryKind.SERVER_STARTED.value and isinstance(entry.get("backend"), str):
             self.backend = entry["backend"]
