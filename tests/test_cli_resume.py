@@ -6,6 +6,7 @@ over capacity stays Pending with ``PodScheduled=False/Unschedulable`` and the sc
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections import Counter, defaultdict
@@ -17,7 +18,7 @@ import pytest
 
 from jupyter_suspend.cli import follow
 from jupyter_suspend.cli.follow import Assessment, Observation, SnapshotView, assess
-from jupyter_suspend.cli.resume import Request, lease_name, resume_environment
+from jupyter_suspend.cli.resume import ProgressDisplay, Request, lease_name, resume_environment
 from jupyter_suspend.cli.workloads import Kube
 from jupyter_suspend.common.workloads import (
     NOTEBOOK_STOPPED_ANNOTATION,
@@ -29,6 +30,7 @@ from tests.kubeapi import KubeAPI
 from tests.kubeapi.gke import GKESnapshotController
 from tests.kubeapi.server import now_rfc3339, wait_until
 from tests.kubeapi.workloads import UNSCHEDULABLE, StatefulSetController
+from tests.servers import ServerProcess
 
 FAST = ("--poll-interval=0.1",)
 
@@ -351,7 +353,7 @@ def test_no_join_refuses_naming_who_started_it(kube_api: KubeAPI, kubeconfig: st
     )
     wait_until(lambda: any(a.state == "waiting_for_capacity" for a in progress), 10)
     kube_api.reset_calls()
-    refused = run_cli("resume", "nb", "--no-join", "--wait", "--json", kubeconfig=kubeconfig)
+    refused = run_cli("resume", "nb", "--no-join", "--wait", "--timeout=5", "--json", kubeconfig=kubeconfig)
     assert refused.code == 1
     answer = validate_output(refused.json(), "resume")
     assert answer["action"] == "refused"
@@ -632,3 +634,71 @@ def test_assess(observation: Observation, state: str, restore: str | None, sourc
     if state == "failed":
         assert assessment.failure
         assert assessment.failure["next_step"]
+
+
+# --- the progress display ---------------------------------------------------------------------------------------
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_one_updating_line_on_a_terminal_and_plain_lines_otherwise() -> None:
+    waiting = Assessment(
+        "waiting_for_capacity",
+        "pod nb-0 is waiting for a node (Unschedulable)",
+        pod="nb-0",
+        since=datetime.fromisoformat("2026-12-03T10:00:00+00:00"),
+    )
+    ready = Assessment("ready", "pod nb-0 is Ready", pod="nb-0", restore="live", restore_source="pod")
+    times = [datetime.fromisoformat(f"2026-12-03T10:0{m}:05+00:00") for m in (0, 1, 2)]
+    terminal, plain = _Terminal(), io.StringIO()
+    for stream in (terminal, plain):
+        display = ProgressDisplay(stream)
+        for when in times:
+            display(waiting, when)
+        display(ready, times[-1])
+        display.close()
+    assert terminal.getvalue().count("\r") == 4
+    assert terminal.getvalue().count("\n") == 1
+    assert "waiting_for_capacity 2m05s:" in terminal.getvalue()  # the duration moves on the one line
+    assert plain.getvalue().splitlines() == [
+        "waiting_for_capacity 5s: pod nb-0 is waiting for a node (Unschedulable)",
+        "ready (live, per the pod): pod nb-0 is Ready",
+    ]
+
+
+# --- ready live/cold from the notebook server's own status -------------------------------------------------------
+
+
+def test_url_reads_ready_and_cold_from_the_notebook_servers_own_status(
+    kube_api: KubeAPI, kubeconfig: str, tmp_path: Path
+) -> None:
+    """A real jupyter server (local backend) stands in for the notebook in the pod the loopback API shows Ready."""
+    StatefulSetController(kube_api).attach()
+    kube_api.create(statefulset("nb", replicas=1))
+    wait_until(lambda: follow.is_true(kube_api.get("v1", "pods", "default", "nb-0"), "Ready"))
+    server = ServerProcess(tmp_path / "server", tmp_path / "state").start()
+    try:
+        server.api("POST", "suspend", {"reason": "overnight"}, expect=202)
+        server.wait(lambda s: s["state"] == "suspended")
+        env = {"JUPYTER_TOKEN": server.token}
+        args = ("status", "nb", f"--url={server.url}", "--json")
+        suspended = validate_output(run_cli(*args, kubeconfig=kubeconfig, env=env).json(), "status")
+        # The pod is Ready but the server has not resumed its kernels: not ready yet.
+        assert suspended["state"] == "restoring"
+        assert "the notebook server says suspended" in suspended["message"]
+        wrong = validate_output(run_cli(*args, kubeconfig=kubeconfig, env={"JUPYTER_TOKEN": "wrong"}).json(), "status")
+        assert wrong["state"] == "restoring"
+        assert "HTTP 403" in wrong["message"]
+
+        server.api("POST", "resume", {}, expect=202)
+        server.wait(lambda s: s["state"] == "ready")
+        done = run_cli("resume", "nb", f"--url={server.url}", "--wait", "--json", *FAST, kubeconfig=kubeconfig, env=env)
+        assert done.code == 0, done.stderr
+        answer = validate_output(done.json(), "resume")
+        assert (answer["state"], answer["restore"], answer["restore_source"]) == ("ready", "cold", "server")
+        assert answer["action"] == "already_ready"
+    finally:
+        server.stop()
