@@ -13,15 +13,18 @@ culler reads (``/api/kernels``) and the Jupyter activity probe reads (``/api/sta
 from __future__ import annotations
 
 import json
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import nbformat
 import pytest
 
 from jupyter_suspend.common import sidecar_protocol as proto
+from tests.conftest import checkpoint_handler_code
 from tests.gke_helpers import SIDECAR_USER, OwnTokenSidecar
 from tests.kubeapi import KubeAPI, wait_until
 from tests.kubeapi.kubeflow import (
@@ -35,6 +38,7 @@ from tests.kubeapi.kubeflow import (
 )
 from tests.servers import ServerProcess
 from tests.sidecar_helpers import NAMESPACE, POD, make_pod, run
+from tests.test_gke_backend import SETUP, run_cell, verdict
 from tests.test_manifests import DEPLOY, kustomize
 
 pytestmark = pytest.mark.slow
@@ -226,4 +230,237 @@ def test_sidecar_pauses_its_own_workspace(tmp_path: Path) -> None:
             assert writes(kube) == [("patch", "workspaces", WORKSPACE)]
             assert called(kube) == role_rules("workspace")
         finally:
+            sidecar.stop()
+
+
+# -- the backends in a real jupyter server ------------------------------------------------------------------------
+
+
+def kernels_view(server: KubeflowServer) -> list[tuple[str, str, str]]:
+    """What Kubeflow's culler reads: ``GET /api/kernels`` execution_state and last_activity."""
+    code, kernels = server.request("GET", "api/kernels")
+    assert code == 200
+    return sorted((k["id"], k["execution_state"], k["last_activity"]) for k in kernels)
+
+
+def probe_view(server: KubeflowServer) -> str:
+    """What the Jupyter activity probe of Kubeflow Workspaces reads: ``GET /api/status`` last_activity (a request
+    to /api/kernels, the culler's own, counts as activity there: read this one without it in between)."""
+    code, status = server.request("GET", "api/status")
+    assert code == 200
+    return str(status["last_activity"])
+
+
+def settled_kernels_view(server: KubeflowServer) -> list[tuple[str, str, str]]:
+    """The culler's view once every kernel is idle and the view holds still for a moment."""
+    deadline = time.monotonic() + 20
+    previous = None
+    while True:
+        view = kernels_view(server)
+        if view == previous and all(state == "idle" for _, state, _ in view):
+            return view
+        assert time.monotonic() < deadline, view
+        previous = view
+        time.sleep(0.3)
+
+
+def assert_polling_is_not_activity(server: KubeflowServer, rounds: int = 3) -> dict[str, Any]:
+    """Status, timeline, openapi and dry runs leave both activity views as they were; the last dry run."""
+    kernels = settled_kernels_view(server)
+    probe = probe_view(server)
+    preflight = poll_like_the_plugin(server, rounds)
+    assert probe_view(server) == probe
+    assert kernels_view(server) == kernels
+    return preflight
+
+
+def poll_like_the_plugin(server: KubeflowServer, rounds: int = 3) -> dict[str, Any]:
+    """Our own polling: status, timeline, openapi, and the suspend dialog's dry run; the last dry run."""
+    preflight: dict[str, Any] = {}
+    for _ in range(rounds):
+        server.api("GET", "status")
+        server.api("GET", "timeline")
+        server.api("GET", "openapi.json")
+        preflight = server.api("POST", "suspend", {"dry_run": True})
+    return preflight
+
+
+def open_session(server: KubeflowServer, name: str = "model.ipynb") -> tuple[str, str]:
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), server.root_dir / name)
+    code, session = server.request(
+        "POST", "api/sessions", {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
+    )
+    assert code == 201, session
+    return str(session["kernel"]["id"]), str(session["id"])
+
+
+def suspend(server: KubeflowServer) -> dict[str, Any]:
+    server.api("POST", "suspend", {"reason": "overnight"}, expect=202)
+    return server.wait(lambda s: s["operation"] and not s["operation"]["in_progress"], timeout=60)
+
+
+def pod_running(kube: KubeAPI, name: str) -> str:
+    """Wait for the controller's pod to run; its uid."""
+    pod = wait_until(
+        lambda: (p := kube.get("v1", "pods", NAMESPACE, name)) and p.get("status", {}).get("phase") == "Running" and p,
+        timeout=10,
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def backend_marks(server: KubeflowServer, after: int = 0) -> list[str]:
+    return [e["mark"] for e in server.journal() if e["seq"] > after and e.get("mark")]
+
+
+def cold_start(server_cls_args: tuple[Path, Path, WorkloadSidecar, str]) -> tuple[KubeflowServer, dict[str, Any]]:
+    """A new server in the pod that came back, with the old journal: it resumes by itself."""
+    server = KubeflowServer(*server_cls_args).start()
+    status = server.wait(lambda s: s["state"] == "ready" and not (s["operation"] or {}).get("in_progress"), 60)
+    return server, status
+
+
+def test_notebook_suspend_stops_it_and_the_new_pod_restores_the_sessions_cold(tmp_path: Path) -> None:
+    with KubeAPI() as kube:
+        KubeflowNotebookController(kube).attach()
+        kube.create(notebook_object(NOTEBOOK, NAMESPACE))
+        first_uid = pod_running(kube, POD)
+        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "notebook", POD).start()
+        args = (tmp_path, tmp_path / "state", sidecar, "kubeflow-notebook")
+        server = KubeflowServer(*args).start()
+        second: KubeflowServer | None = None
+        try:
+            kernel_id, session_id = open_session(server)
+            run_cell(server, kernel_id, SETUP)
+
+            # The culler must not see our requests: polling and a dry run move nothing it reads.
+            preflight = assert_polling_is_not_activity(server)
+            assert preflight["would_abort"] == []
+            notes = " ".join(preflight["notes"])
+            assert "Kubeflow Notebook 'notebook' in namespace team-a" in notes
+            assert "No snapshot is taken: kernel memory is lost" in notes
+            text = server.api("GET", "status")["backend"]["text"]
+            assert "variables in kernel memory" not in text["keeps"]
+            assert text["keeps"] == ["notebooks and other files", "application checkpoints"]
+
+            # A flush that fails aborts before anything reaches the Kubernetes API.
+            run_cell(
+                server,
+                kernel_id,
+                "from jupyter_suspend.kernel import protocol as _p\n_saved = _p._handlers['checkpoint']\n"
+                + checkpoint_handler_code(fail="disk full"),
+            )
+            calls_before = len(kube.calls)
+            aborted = suspend(server)
+            assert (aborted["state"], aborted["operation"]["outcome"]) == ("running", "aborted"), aborted
+            assert "disk full" in aborted["message"]
+            assert kube.calls[calls_before:] == []
+            run_cell(server, kernel_id, "_p.register_handler('checkpoint', _saved)")
+
+            seq = max(e["seq"] for e in server.journal())
+            status = suspend(server)
+            assert status["state"] == "suspended", status
+            notebook = kube.get(NOTEBOOK_API, "notebooks", NAMESPACE, NOTEBOOK)
+            stopped_at = notebook["metadata"]["annotations"][STOPPED_ANNOTATION]
+            assert kube.get("apps/v1", "statefulsets", NAMESPACE, NOTEBOOK)["spec"]["replicas"] == 0
+            assert kube.get("v1", "pods", NAMESPACE, POD) is None
+            assert backend_marks(server, seq) == ["notebook_stop_requested", "notebook_scaled_down"]
+            (requested,) = [e for e in server.journal() if e["seq"] > seq and e["kind"] == "kubeflow_stop_requested"]
+            assert requested["annotation_or_patch_at"] == stopped_at
+            assert requested["workload"]["name"] == NOTEBOOK
+            assert status["backend"]["workload"]["ready_replicas"] == 0
+            assert "Kubeflow notebook is stopped" in status["backend"]["text"]["while_suspended"]
+            assert {c.user for c in kube.calls} == {SIDECAR_USER}
+            assert called(kube) == role_rules("notebook")
+
+            # The pod is gone with its processes; `jupyter suspend resume --kind notebook` removes the annotation.
+            server.stop(signal.SIGKILL)
+            kube.patch(
+                NOTEBOOK_API,
+                "notebooks",
+                NAMESPACE,
+                NOTEBOOK,
+                {"metadata": {"annotations": {STOPPED_ANNOTATION: None}}},
+            )
+            assert pod_running(kube, POD) != first_uid
+            second, ready = cold_start(args)
+            assert ready["restore"] == "cold", ready
+            assert "This is a new pod: notebook notebook was asked to stop at" in ready["cold_start"]["message"]
+            _, sessions = second.request("GET", "api/sessions")
+            assert [(s["id"], s["kernel"]["id"], s["path"]) for s in sessions] == [
+                (session_id, kernel_id, "model.ipynb")
+            ]
+            restored = ready["last_restore"]["checkpoints_restored"][kernel_id]
+            assert sorted(restored["restored"]) == ["vocab", "weights"]
+            assert verdict(second, kernel_id) == "COLD"
+            out, _ = run_cell(second, kernel_id, "print(vocab, 'only_in_memory' in dir())")
+            assert out.strip() == "{'a': 1, 'b': 2} False"
+            cycle = second.api("GET", "timeline")["cycles"][-1]
+            assert (cycle["outcome"], cycle["restore"]) == ("resumed", "cold")
+            names = [e["name"] for e in cycle["events"]]
+            assert names == ["notebook_stop_requested", "notebook_scaled_down", "pod_started_cold"], json.dumps(
+                cycle["events"]
+            )
+        finally:
+            for process in (second, server):
+                if process is not None:
+                    process.stop()
+            sidecar.stop()
+
+
+def test_workspace_suspend_pauses_it_with_state_and_pause_time_on_the_timeline(tmp_path: Path) -> None:
+    with KubeAPI() as kube:
+        KubeflowWorkspaceController(kube, terminate_seconds=0.3).attach()
+        kube.create(workspace_object(WORKSPACE, NAMESPACE))
+        pod_running(kube, WORKSPACE_POD)
+        wait_until(
+            lambda: (
+                kube.get(WORKSPACE_API, "workspaces", NAMESPACE, WORKSPACE).get("status", {}).get("state") == "Running"
+            )
+        )
+        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "workspace", WORKSPACE_POD).start()
+        args = (tmp_path, tmp_path / "state", sidecar, "kubeflow-workspace")
+        server = KubeflowServer(*args).start()
+        second: KubeflowServer | None = None
+        try:
+            kernel_id, _ = open_session(server)
+            run_cell(server, kernel_id, SETUP)
+            # The Jupyter activity probe reads /api/status: our polling does not move it.
+            preflight = assert_polling_is_not_activity(server, rounds=2)
+            assert "Kubeflow Workspace 'research' in namespace team-a (state Running" in " ".join(preflight["notes"])
+
+            seq = max(e["seq"] for e in server.journal())
+            status = suspend(server)
+            assert status["state"] == "suspended", status
+            workspace = kube.get(WORKSPACE_API, "workspaces", NAMESPACE, WORKSPACE)
+            assert workspace["spec"]["paused"] is True
+            assert workspace["status"]["state"] == "Paused"
+            assert kube.get("v1", "pods", NAMESPACE, WORKSPACE_POD) is None
+            # Terminating is seen if the pod still terminates once the kernels are stopped (timing): never else.
+            marks = backend_marks(server, seq)
+            assert marks in (
+                ["workspace_stop_requested", "workspace_paused"],
+                ["workspace_stop_requested", "workspace_terminating", "workspace_paused"],
+            ), marks
+            (paused,) = [e for e in server.journal() if e.get("mark") == "workspace_paused"]
+            assert paused["pause_time"] == workspace["status"]["pauseTime"]
+            (requested,) = [e for e in server.journal() if e.get("mark") == "workspace_stop_requested"]
+            assert paused["mark_at"] == max(float(workspace["status"]["pauseTime"]), requested["mark_at"])
+            assert (paused["workload_state"], paused["workload_state_message"]) == ("Paused", "Workspace is paused")
+            assert status["backend"]["workload"]["state"] == "Paused"
+            cycle = server.api("GET", "timeline")["cycles"][-1]
+            assert [e["name"] for e in cycle["events"]] == marks
+            assert called(kube) == role_rules("workspace")
+
+            server.stop(signal.SIGKILL)
+            kube.patch(WORKSPACE_API, "workspaces", NAMESPACE, WORKSPACE, {"spec": {"paused": False}})
+            pod_running(kube, WORKSPACE_POD)
+            second, ready = cold_start(args)
+            assert ready["restore"] == "cold"
+            assert ready["backend"]["workload"]["state"] == "Running"
+            (cold,) = [e for e in second.journal() if e["kind"] == "kubeflow_cold_start"]
+            assert (cold["workload_state"], cold["kernels_restarted"]) == ("Running", 1)
+        finally:
+            for process in (second, server):
+                if process is not None:
+                    process.stop()
             sidecar.stop()

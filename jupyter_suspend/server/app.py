@@ -30,6 +30,8 @@ EVENT_SCHEMA_ID = "https://schema.jupyter.org/jupyter_suspend/lifecycle/v1"
 BACKENDS = {
     "local": "jupyter_suspend.server.backends.local:LocalBackend",
     "gke": "jupyter_suspend.server.backends.gke:GKEBackend",
+    "kubeflow-notebook": "jupyter_suspend.server.backends.kubeflow:KubeflowNotebookBackend",
+    "kubeflow-workspace": "jupyter_suspend.server.backends.kubeflow:KubeflowWorkspaceBackend",
 }
 
 

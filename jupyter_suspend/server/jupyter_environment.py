@@ -32,6 +32,10 @@ LOAD_HELPER_CODE = "get_ipython().run_line_magic('load_ext', 'jupyter_suspend')"
 #: (tornado aborts a close handshake the client does not answer after 5 s).
 WEBSOCKET_CLOSE_TIMEOUT = 10.0
 
+#: How long a silent request of ours waits for the server to record the kernel idle again, so that it can
+#: put the kernel's ``last_activity`` back (see ``_execute``).
+ACTIVITY_SETTLE_SECONDS = 1.0
+
 
 async def close_kernel_websockets(kernel_id: str, timeout: float = WEBSOCKET_CLOSE_TIMEOUT) -> int:
     """Close the browsers' websockets to a stopped kernel; returns how many.
@@ -311,6 +315,11 @@ class JupyterServerEnvironment:
     ) -> tuple[dict[str, Any] | None, str]:
         """Run a silent execute_request; return (reply content or None on timeout, kernel state)."""
         km = self.kernel_manager.get_kernel(kernel_id)
+        # Our request is not the user's activity: culling controllers (Kubeflow's reads /api/kernels) must not
+        # see it. The server's IOPub watcher moves last_activity on the request's busy/idle: put it back.
+        activity_before = getattr(km, "last_activity", None)
+        # ... and the manager's last_kernel_activity, which /api/status reports (the Workspaces activity probe).
+        server_activity_before = getattr(self.kernel_manager, "last_kernel_activity", None)
         client = own_client(km)
         client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
         try:
@@ -320,7 +329,29 @@ class JupyterServerEnvironment:
             reply = await self._await_reply(client, msg_id, time.monotonic() + timeout)
         finally:
             client.stop_channels()
-        return reply, getattr(km, "execution_state", "unknown")
+        state = getattr(km, "execution_state", "unknown")
+        if reply is not None and activity_before is not None:
+            await self._restore_activity(km, activity_before, server_activity_before)
+        return reply, state
+
+    async def _restore_activity(
+        self, km: Any, before: Any, server_before: Any, settle: float = ACTIVITY_SETTLE_SECONDS
+    ) -> None:
+        """Once the watcher has seen our request's idle (at most ``settle`` s), ``last_activity`` goes back;
+        the manager's ``last_kernel_activity`` becomes the newest of its value before and every kernel's."""
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline:
+            if getattr(km, "execution_state", None) == "idle" and getattr(km, "last_activity", None) != before:
+                break
+            await asyncio.sleep(0.01)
+        if getattr(km, "execution_state", None) != "idle":
+            return  # busy with a user's cell meanwhile: that is activity, leave it
+        km.last_activity = before
+        manager = self.kernel_manager
+        if server_before is not None and hasattr(manager, "last_kernel_activity"):
+            kernels = [manager.get_kernel(k) for k in list(manager.list_kernel_ids())]
+            times = [t for t in (getattr(k, "last_activity", None) for k in kernels) if isinstance(t, datetime)]
+            manager.last_kernel_activity = max([server_before, *times])
 
     async def _alive(self, kernel_id: str) -> str | None:
         """None when the kernel is alive, otherwise why not."""

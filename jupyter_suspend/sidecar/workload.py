@@ -92,12 +92,17 @@ class OwnerWorkload:
         self.kube = kube
         self.kind = kube.config.workload
         self.label = proto.OWNER_LABELS.get(self.kind, "")
+        #: A pod's labels that name its owner do not change while it lives (nor does this process outlive it):
+        #: read once, so the owner can still be followed while the pod terminates.
+        self._owner: str | None = None
 
     def enabled(self) -> bool:
         return self.kind in RESOURCES
 
     async def owner_name(self) -> str:
         """The owner's name from the own pod's label; 409 ``owner_unknown`` (and no further call) without it."""
+        if self._owner is not None:
+            return self._owner
         pod = await self.kube.read_pod()
         value = ((pod.get("metadata") or {}).get("labels") or {}).get(self.label)
         if not isinstance(value, str) or not value:
@@ -110,6 +115,7 @@ class OwnerWorkload:
                 next_step=f"run the sidecar with --workload matching the pod's owner (a {what} labels its pods "
                 f"{self.label}=<name>), or use the gke/local backend",
             )
+        self._owner = value
         return value
 
     async def _read(self, name: str) -> dict[str, Any]:
