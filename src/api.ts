@@ -1,7 +1,11 @@
 /** Typed calls of the REST API v1 (`{base_url}jupyter-suspend/api/`). */
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { ErrorAnswer } from './_generated/schemas';
+import type {
+  ErrorAnswer,
+  SnapshotDeleted,
+  Snapshots
+} from './_generated/schemas';
 import { requestAPI } from './request';
 import type { IPreflight, IStarted, IStatus, ITimeline } from './tokens';
 
@@ -23,7 +27,12 @@ export const api = {
     post<IStarted>('resume', { reason }),
   checkpoint: (reason: string): Promise<IStarted> =>
     post<IStarted>('checkpoint', { reason }),
-  acknowledge: (): Promise<IStatus> => post<IStatus>('acknowledge')
+  acknowledge: (): Promise<IStatus> => post<IStatus>('acknowledge'),
+  snapshots: (): Promise<Snapshots> => requestAPI<Snapshots>('snapshots'),
+  deleteSnapshot: (name: string): Promise<SnapshotDeleted> =>
+    requestAPI<SnapshotDeleted>(`snapshots/${encodeURIComponent(name)}`, {
+      method: 'DELETE'
+    })
 };
 
 /** What a 4xx answer says; a 409 adds the state and the operation in the way. */

@@ -21,6 +21,8 @@ import {
 import { suspendIcon } from './icons';
 import { keepRunning, secondsLeft, warningLabel } from './idle';
 import { SuspendModel } from './model';
+import { api } from './api';
+import { confirmDelete, SnapshotList, SnapshotsModel } from './snapshots';
 import { allowedActions, backendText } from './status';
 import { CommandIDs, ISettings } from './tokens';
 
@@ -28,6 +30,8 @@ export interface IStatusViewOptions {
   trans: TranslationBundle;
   settings: () => ISettings;
   commands: CommandRegistry;
+  /** The snapshot list's calls (default: the REST API and the confirmation dialog). */
+  snapshots?: SnapshotsModel.IOptions;
 }
 
 function display(
@@ -133,6 +137,31 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
     this.addClass('jp-suspend-panel');
     // The commands' enabled state follows the model; re-render on changes.
     options.commands.commandChanged.connect(this._onCommandChanged, this);
+    // The snapshot list: fetched now that the panel opens, again when the state changes while it is open.
+    this._snapshots = new SnapshotsModel(
+      options.snapshots ?? {
+        fetch: api.snapshots,
+        remove: api.deleteSnapshot,
+        confirm: row => confirmDelete(row, options.trans)
+      }
+    );
+    this._snapshots.stateChanged.connect(this._onCommandChanged, this);
+    this._shownState = model.status?.state ?? null;
+    model.stateChanged.connect(this._onStatus, this);
+    void this._snapshots.refresh();
+  }
+
+  /** The snapshot list shown in the panel. */
+  get snapshots(): SnapshotsModel {
+    return this._snapshots;
+  }
+
+  private _onStatus(): void {
+    const state = this.model?.status?.state ?? null;
+    if (state !== this._shownState) {
+      this._shownState = state;
+      void this._snapshots.refresh();
+    }
   }
 
   dispose(): void {
@@ -140,6 +169,8 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
       this._onCommandChanged,
       this
     );
+    this.model?.stateChanged.disconnect(this._onStatus, this);
+    this._snapshots.dispose();
     super.dispose();
   }
 
@@ -303,9 +334,12 @@ export class SuspendPanel extends VDomRenderer<SuspendModel> {
             {cycleSummary(last, trans)}
           </div>
         )}
+        <SnapshotList model={this._snapshots} trans={trans} />
       </div>
     );
   }
 
   private _options: IStatusViewOptions;
+  private _snapshots: SnapshotsModel;
+  private _shownState: string | null;
 }
