@@ -27,6 +27,9 @@ import nbformat
 import pytest
 from jsonschema import Draft202012Validator
 
+from .cli_helpers import statefulset, write_kubeconfig
+from .kubeapi import KubeAPI
+from .kubeapi.workloads import StatefulSetController
 from .servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -98,7 +101,7 @@ def kernel_spec(server: ServerProcess, channel: str) -> None:
 
 
 def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configuration(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kube_api: KubeAPI
 ) -> None:
     state = tmp_path / "state"
     server = ServerProcess(tmp_path, state)
@@ -213,8 +216,29 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert "not in the journal" in done.stderr
         assert server.api("GET", "status")["state"] == "suspended"
 
-        done = release_check("verify", f"--url={server.url}", f"--record={second_record}", token=server.token)
+        # With --resume the platform's workload is resumed from outside first (jupyter suspend resume's core, on
+        # the loopback Kubernetes API); one that does not exist is a failed resume: exit 1, the server untouched.
+        StatefulSetController(kube_api).attach()
+        kube_api.create(statefulset("nb"))
+        kubeconfig = f"--kubeconfig={write_kubeconfig(kube_api, tmp_path)}"
+        done = run_here(
+            capsys, "verify", "--json", f"--url={server.url}", f"--record={second_record}", kubeconfig,
+            "--resume=missing", token=server.token,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        missing = as_json(done)
+        assert missing["outside_resume"]["state"] == "failed"
+        assert "resume failed" in missing["reason"]
+        assert server.api("GET", "status")["state"] == "suspended"
+
+        done = release_check(
+            "verify", f"--url={server.url}", f"--record={second_record}", kubeconfig, "--resume=nb",
+            "--kind=statefulset", "--poll-interval=0.1", token=server.token,
+        )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
+        resumed = kube_api.get("apps/v1", "statefulsets", "default", "nb")
+        assert resumed is not None
+        assert resumed["spec"]["replicas"] == 1
         lines = done.stdout.splitlines()
         assert lines[0] == "release-check verify: release-check/second.ipynb"
         table = {line.split()[0]: line for line in lines[3:]}  # one table: check, result, detail
@@ -223,6 +247,11 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
             line for line in lines if line.lstrip().startswith("kernel environment")
         )
         assert "resumed by this command" in next(line for line in lines if "runnable cell" in line)
+        assert next(line for line in lines if "statefulset/nb" in line).split()[:3] == [
+            "resume",
+            "statefulset/nb",
+            "ready",
+        ]
         assert table["verdict"].split()[1] == "PASS"
         assert server.api("GET", "status")["state"] == "ready"
     finally:
@@ -331,6 +360,8 @@ def test_bad_arguments_and_records_exit_2_before_anything_is_done(
         "times": {},
     }
     RECORD.validate(good)
+    good_path = tmp_path / "good.json"
+    good_path.write_text(json.dumps(good))
     wrong_type = copy.deepcopy(good)
     wrong_type["canary"]["hash"] = "not a hash"
     unknown_field = {**good, "extra": 1}
@@ -349,6 +380,8 @@ def test_bad_arguments_and_records_exit_2_before_anything_is_done(
         assert said in err, (name, err)
         assert out == ""
     for args, said in [
+        (("verify", url, f"--record={good_path}", "--resume=Not_A_Name"), "not a Kubernetes object"),
+        (("verify", url, f"--record={good_path}", "--resume=nb", "--kind=pod"), "--kind 'pod'"),
         (("verify", f"--record={tmp_path / 'missing.json'}"), "--url is needed"),
         (("verify", url, f"--record={tmp_path / 'missing.json'}"), "cannot read the record"),
         (("verify", "--url=ftp://host/", f"--record={tmp_path / 'x.json'}"), "not an http(s) URL"),

@@ -43,6 +43,7 @@ from .jupyter_client import (
     ServerUnreachable,
     normalize_url,
 )
+from .kube import KUBE_ALIASES, KubeCommandApp
 
 RECORD_KIND = "jupyter-suspend-release-check"
 RECORD_VERSION = 1
@@ -447,16 +448,33 @@ def canary_notebook() -> dict[str, Any]:
     }
 
 
-class ReleaseCheckVerifyApp(ReleaseCheckCommand):
+class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
     name = "suspend release-check verify"
     description = (
         "On the new configuration: resume the canary environment (if still suspended) and report whether its "
         "live state came back: LIVE / COLD / MISMATCH, files, checkpoints, resume to runnable cell."
     )
 
+    resume_workload = Unicode(
+        "",
+        help="First resume this Kubernetes environment from outside (as jupyter suspend resume NAME --wait; "
+        "with --kind, --namespace, --kubeconfig, --context), then check the server.",
+    ).tag(config=True)
+    kind = Unicode("statefulset", help="What --resume names: statefulset, notebook (Kubeflow v1) or workspace.").tag(
+        config=True
+    )
+
+    aliases = {
+        **ReleaseCheckCommand.aliases,
+        **KUBE_ALIASES,
+        "resume": "ReleaseCheckVerifyApp.resume_workload",
+        "kind": "ReleaseCheckVerifyApp.kind",
+    }
+
     def run(self) -> int:
         client = self.client()
         record = load_record(Path(self.record))
+        outside = self._outside_request()
         result: dict[str, Any] = {
             "command": "verify",
             "ok": False,
@@ -464,10 +482,47 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand):
             "notebook": record["notebook"],
         }
         try:
+            requested_at = None
+            if outside is not None:  # first: on Kubernetes the server answers only once its pod is back
+                requested_at = now_iso()
+                failure = self._resume_from_outside(outside, result)
+                if failure:
+                    result["resume"] = {"by": "this command", "requested_at": requested_at, "ready_at": None}
+                    return self._report(record, result, failure=failure)
             self._check_same_environment(client, record)
-            return self._verify(client, record, result)
+            return self._verify(client, record, result, requested_at)
         except (ServerUnreachable, ServerError, KernelExecutionError) as exc:
             return self.failed(result, str(exc))
+
+    def _outside_request(self) -> Any:
+        """The resume from outside asked with --resume (checked before anything is done), or None."""
+        if not self.resume_workload:
+            return None
+        from .resume import Request, check_request
+
+        request = Request(
+            kind=self.kind, name=self.resume_workload, wait=True, timeout=self.timeout, poll_interval=self.poll_interval
+        )
+        check_request(request)
+        return request
+
+    def _resume_from_outside(self, request: Any, result: dict[str, Any]) -> str | None:
+        """``jupyter suspend resume NAME --wait`` (its core, under its Lease) up to a Ready pod; why it failed."""
+        from .resume import connect_kube, resume_environment
+
+        # Without the server's URL the resume follows the pod to Ready; the server's own state is waited for
+        # next, by verify, which also resumes a server that is still suspended (the local stand-in).
+        kube = connect_kube(self.api_client(), self.target_namespace(), timeout=min(10.0, self.request_timeout))
+        self.progress(f"resuming {request.kind}/{request.name} from outside")
+        answer, code = resume_environment(kube, request)
+        result["outside_resume"] = {
+            "workload": f"{request.kind}/{request.name}",
+            "namespace": str(answer.get("namespace") or ""),
+            "state": str(answer.get("state") or ""),
+            "action": str(answer.get("action") or ""),
+            "message": str(answer.get("message") or ""),
+        }
+        return None if code == EXIT_OK else f"{request.kind}/{request.name}: {answer.get('message')}"
 
     def _check_same_environment(self, client: JupyterServerClient, record: dict[str, Any]) -> None:
         """A record of another server (no such suspend in its journal) is a usage error: nothing is done."""
@@ -482,10 +537,14 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand):
                 "the record is from another server or environment"
             )
 
-    def _verify(self, client: JupyterServerClient, record: dict[str, Any], result: dict[str, Any]) -> int:
+    def _verify(
+        self, client: JupyterServerClient, record: dict[str, Any], result: dict[str, Any], requested_at: str | None
+    ) -> int:
         deadline = time.monotonic() + self.timeout
         status = client.status()
         resume: dict[str, Any] = {"by": "outside", "requested_at": None, "ready_at": None}
+        if requested_at is not None:  # this command resumed the workload (--resume)
+            resume.update(by="this command", requested_at=requested_at)
         failure: str | None = None
         if status["state"] == "suspended":
             if not status.get("can_resume"):
@@ -495,7 +554,7 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand):
                     f"(backend {status['backend']['name']}): resume it from outside first "
                     "(jupyter suspend resume NAME)",
                 )
-            resume.update(by="this command", requested_at=now_iso())
+            resume.update(by="this command", requested_at=resume["requested_at"] or now_iso())
             self.progress("resuming through the API")
             client.api("POST", "resume", {"reason": "jupyter suspend release-check verify"}, expect=(202,))
 
@@ -689,6 +748,9 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand):
                 if env[fact]["before"] != env[fact]["after"]:
                     changed.append(f"{fact} {env[fact]['before']} -> {env[fact]['after']}")
             rows.append(["kernel environment", "changed" if changed else "same", "; ".join(changed) or "—"])
+        outside = result.get("outside_resume")
+        if outside:
+            rows.append([f"resume {outside['workload']}", outside["state"], outside["message"]])
         resume = result.get("resume") or {}
         if resume:
             seconds = resume.get("seconds_to_runnable_cell")
