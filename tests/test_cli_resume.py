@@ -549,6 +549,12 @@ READY = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-03T10
 NOW = datetime.fromisoformat("2026-12-03T10:01:00+00:00")
 
 
+def test_the_workloads_own_message_is_shown_beside_the_state() -> None:
+    said = assess(Observation(NOW, wanted=False, workload_message="Workspace Paused: paused by the culler"))
+    assert said.state == "suspended"
+    assert said.message.endswith("[Workspace Paused: paused by the culler]")
+
+
 @pytest.mark.parametrize(
     ("observation", "state", "restore", "source"),
     [

@@ -165,6 +165,14 @@ def _stuck_container(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def assess(obs: Observation) -> Assessment:
     """The plain state of the environment in ``obs``."""
+    assessment = _assess(obs)
+    if obs.workload_message and assessment.state in ("suspended", "restoring", "failed"):
+        # What the workload's own controller says (a Workspace's state message) belongs beside ours.
+        return dataclasses.replace(assessment, message=f"{assessment.message} [{obs.workload_message}]")
+    return assessment
+
+
+def _assess(obs: Observation) -> Assessment:
     snap = obs.snapshot
     pod = current_pod(obs.pods)
     restored = pod is not None and is_true(pod, POD_RESTORED_CONDITION)
