@@ -44,3 +44,15 @@ spec_dir.mkdir(parents=True)
 )
 os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in [str(extra_path), os.environ.get("JUPYTER_PATH", "")] if p)
 print(f"jupyter-suspend UI tests: state {state_dir}, kernelspec {spec_dir}", flush=True)
+
+# The idle policy (tests/idle.spec.ts): on, but patient (a day) unless an open
+# notebook names the tiny class in its metadata; that test's warning lasts long
+# enough that no automatic suspend reaches the other tests.
+c.IdlePolicy.enabled = True
+c.IdlePolicy.tick_seconds = 0.5
+c.IdlePolicy.default_cycle_seconds = 0.1
+c.IdlePolicy.default_workload_class = "ui-patient"
+c.IdlePolicy.workload_classes = {
+    "ui-patient": {"idle_seconds": 86400.0},
+    "ui-tiny": {"idle_seconds": 3.0, "warning_seconds": 600.0},
+}
