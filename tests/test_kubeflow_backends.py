@@ -16,6 +16,7 @@ import json
 import signal
 import time
 from datetime import datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,7 @@ OVERLAYS = {
     "workspace": DEPLOY / "overlays" / "kubeflow-workspace",
 }
 
-WORKLOAD_VIEW_SCHEMA = {
-    "type": "object",
-    "required": list(proto.WorkloadView.__annotations__),
-    "properties": {name: {} for name in proto.WorkloadView.__annotations__},
-    "additionalProperties": False,
-}
+WORKLOAD_VIEW_SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("sidecar-workload.json").read_text())
 
 
 class WorkloadSidecar(OwnTokenSidecar):
@@ -186,7 +182,11 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(tmp_path: Pa
             assert before - 1 <= epoch(annotation) <= time.time() + 1
             wait_until(lambda: kube.get("apps/v1", "statefulsets", NAMESPACE, NOTEBOOK)["spec"]["replicas"] == 0)
             wait_until(lambda: kube.get("v1", "pods", NAMESPACE, POD) is None)
-            assert writes(kube) == [("patch", "notebooks", NOTEBOOK)]
+            again = run(sidecar.client.stop_workload())
+            assert again["already_stopped"] is True
+            assert again["requested_at"] is None
+            jsonschema.validate(again["workload"], WORKLOAD_VIEW_SCHEMA)
+            assert writes(kube) == [("patch", "notebooks", NOTEBOOK)]  # the second stop wrote nothing
             assert {c.user for c in kube.calls} == {SIDECAR_USER}
             assert {c.name for c in kube.calls if c.resource == "pods"} == {POD}
             assert called(kube) == role_rules("notebook")
@@ -368,6 +368,7 @@ def test_notebook_suspend_stops_it_and_the_new_pod_restores_the_sessions_cold(tm
             assert requested["annotation_or_patch_at"] == stopped_at
             assert requested["workload"]["name"] == NOTEBOOK
             assert status["backend"]["workload"]["ready_replicas"] == 0
+            jsonschema.validate(status["backend"]["workload"], WORKLOAD_VIEW_SCHEMA)
             assert "Kubeflow notebook is stopped" in status["backend"]["text"]["while_suspended"]
             assert {c.user for c in kube.calls} == {SIDECAR_USER}
             assert called(kube) == role_rules("notebook")
@@ -447,6 +448,7 @@ def test_workspace_suspend_pauses_it_with_state_and_pause_time_on_the_timeline(t
             assert paused["mark_at"] == max(float(workspace["status"]["pauseTime"]), requested["mark_at"])
             assert (paused["workload_state"], paused["workload_state_message"]) == ("Paused", "Workspace is paused")
             assert status["backend"]["workload"]["state"] == "Paused"
+            jsonschema.validate(status["backend"]["workload"], WORKLOAD_VIEW_SCHEMA)
             cycle = server.api("GET", "timeline")["cycles"][-1]
             assert [e["name"] for e in cycle["events"]] == marks
             assert called(kube) == role_rules("workspace")
