@@ -86,13 +86,19 @@ def row(result: dict[str, Any], check: str) -> list[str]:
     return next(r for r in result["table"] if r[0] == check)
 
 
-def kernel_spec(server: ServerProcess, channel: str) -> None:
+def kernel_spec(server: ServerProcess, channel: str, name: str = KERNEL, hide_helper: bool = False) -> None:
     """A kernel spec with one variable: changing it stands in for a new configuration. (Its own name:
     inside a virtualenv jupyter prefers the environment's ``python3`` spec to the user's.)"""
-    folder = server.base / "data" / "kernels" / KERNEL
+    folder = server.base / "data" / "kernels" / name
     folder.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        # A kernel environment without jupyter_suspend: importing it fails as if it were not installed.
+        + (
+            ["--InteractiveShellApp.exec_lines=import sys; sys.modules['jupyter_suspend'] = None"]
+            if hide_helper
+            else []
+        ),
         "display_name": "Python 3 (release channel)",
         "language": "python",
         "env": {"RELEASE_CHANNEL": channel},
@@ -264,9 +270,21 @@ SNAPSHOT_LIKE = "c.SuspendApp.backend = 'tests.backends:SnapshotLikeBackend'\n"
 def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server = ServerProcess(tmp_path, tmp_path / "state", SNAPSHOT_LIKE).start()
+    server = ServerProcess(tmp_path, tmp_path / "state", SNAPSHOT_LIKE)
+    kernel_spec(server, "stable", name="no-helper", hide_helper=True)
+    server.start()
     record_path = tmp_path / "record.json"
     try:
+        # A kernel without the helper cannot hold the canary: exit 1, its kernel shut down, nothing suspended.
+        done = run_here(capsys, "prepare", f"--url={server.url}", f"--record={record_path}", "--kernel=no-helper",
+                        token=server.token)  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "ModuleNotFoundError: import of jupyter_suspend halted" in done.stdout
+        assert "the kernel needs jupyter_suspend" in done.stdout
+        assert server.request("GET", "api/sessions")[1] == []
+        assert server.api("GET", "status")["state"] == "running"
+        assert not record_path.exists()
+
         done = run_here(
             capsys, "prepare", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token
         )

@@ -335,22 +335,25 @@ class ReleaseCheckPrepareApp(ReleaseCheckCommand):
         session = client.start_session(notebook, self.kernel_name)
         kernel_id = session["kernel"]["id"]
         self.progress(f"kernel {kernel_id} started for {notebook}")
-        ran = client.execute(kernel_id, PREPARE_CELL, PREPARE_EXPRESSIONS, timeout=self.cell_timeout)
-        if ran.status != "ok":
-            return self.failed(
-                result,
-                f"the canary cell failed in kernel {kernel_id}: {ran.error} "
-                "(the kernel needs jupyter_suspend installed: pip install 'jupyter_suspend[kernel]')",
-            )
-        times["cell_ran"] = now_iso(ran.replied_at)
-        identity = load_json_answer(ran.expressions.get("identity"), "live-state canary")
-        environment = load_json_answer(ran.expressions.get("environment"), "environment")
         data_path = data_file_path(notebook)
-        seen = client.read_file(data_path)
-        kernel_hash = ran.expressions.get("data_sha256")
-        if seen is None or sha256(seen) != kernel_hash:
-            # The kernel's working folder is not the notebook's: verify would look for another file.
-            return self.failed(result, f"the file the kernel wrote is not {data_path} as the server sees it")
+        try:
+            ran = client.execute(kernel_id, PREPARE_CELL, PREPARE_EXPRESSIONS, timeout=self.cell_timeout)
+            if ran.status != "ok":
+                raise KernelExecutionError(
+                    f"the canary cell failed in kernel {kernel_id}: {ran.error} "
+                    "(the kernel needs jupyter_suspend: pip install 'jupyter_suspend[kernel]' in its environment)"
+                )
+            identity = load_json_answer(ran.expressions.get("identity"), "live-state canary")
+            environment = load_json_answer(ran.expressions.get("environment"), "environment")
+            seen = client.read_file(data_path)
+            if seen is None or sha256(seen) != ran.expressions.get("data_sha256"):
+                # The kernel's working folder is not the notebook's: verify would look for another file.
+                raise KernelExecutionError(f"the file the kernel wrote is not {data_path} as the server sees it")
+        except (KernelExecutionError, ServerError, ServerUnreachable) as exc:
+            # Nothing suspended: leave no canary kernel behind (a retry would find the notebook busy).
+            client.request("DELETE", f"api/sessions/{session['id']}")
+            return self.failed(result, f"{exc}; its kernel was shut down, nothing was suspended")
+        times["cell_ran"] = now_iso(ran.replied_at)
 
         promises_live = bool(backend["capabilities"].get("keeps_live_memory"))
         self.progress(f"suspending through the API (backend {backend['name']})")
