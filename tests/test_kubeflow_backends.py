@@ -12,6 +12,7 @@ culler reads (``/api/kernels``) and the Jupyter activity probe reads (``/api/sta
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -25,6 +26,11 @@ import nbformat
 import pytest
 
 from jupyter_suspend.common import sidecar_protocol as proto
+from jupyter_suspend.server.app import load_backend_class
+from jupyter_suspend.server.backends.base import ColdStartVerdict, ReleaseContext
+from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend, KubeflowWorkspaceBackend
+from jupyter_suspend.server.states import FlushFailed, State
+from jupyter_suspend.sidecar.config import ConfigError, parse_config
 from tests.conftest import checkpoint_handler_code
 from tests.gke_helpers import SIDECAR_USER, OwnTokenSidecar
 from tests.kubeapi import KubeAPI, wait_until
@@ -466,3 +472,68 @@ def test_workspace_suspend_pauses_it_with_state_and_pause_time_on_the_timeline(t
                 if process is not None:
                     process.stop()
             sidecar.stop()
+
+
+# -- in process: refusals, the cold-start reading, the sidecar's flags --------------------------------------------
+
+
+def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(tmp_path: Path) -> None:
+    recorded: list[str] = []
+    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
+    with KubeAPI() as kube:
+        make_pod(kube, POD, NAMESPACE, labels={"app": "notebook"})  # no notebook-name label: not a Notebook's pod
+        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "notebook", POD).start()
+        try:
+            backend = KubeflowNotebookBackend(sidecar_socket=sidecar.socket_path, sidecar_secret=sidecar.secret_path)
+            (blocker,) = asyncio.run(backend.preflight_blockers(None))
+            assert "has no label notebook-name" in blocker
+            with pytest.raises(FlushFailed) as failed:
+                asyncio.run(backend.release(ctx))
+            assert "could not be stopped" in failed.value.reason
+            assert "run the sidecar with --workload matching the pod's owner" in failed.value.reason
+            assert failed.value.reason.endswith("Nothing was released; the session keeps running.")
+            assert writes(kube) == []
+        finally:
+            sidecar.stop()
+    down = KubeflowWorkspaceBackend(sidecar_socket=str(tmp_path / "none.sock"), sidecar_secret=str(tmp_path / "none"))
+    (note,) = asyncio.run(down.preflight_notes(None))
+    assert note.startswith("A suspend would be refused now: the sidecar does not answer")
+    with pytest.raises(FlushFailed, match="the sidecar does not answer"):
+        asyncio.run(down.release(ctx))
+    assert recorded == []
+
+
+def test_the_cold_start_reading() -> None:
+    backend = KubeflowNotebookBackend()
+    backend.recall([])
+    verdict_ = backend.interpret_cold_start(State.SNAPSHOTTING, {"time": "T0"})
+    assert verdict_.state == State.SUSPENDED
+    assert "the previous server stopped before it asked the workload to stop" in verdict_.message
+    backend.recall([{"kind": "kubeflow_stop_requested", "mark_at": 1_700_000_000.0, "workload": {"name": "nb"}}])
+    for last in (State.SNAPSHOTTING, State.SUSPENDED, State.RESTORING, State.WAITING_FOR_CAPACITY):
+        verdict_ = backend.interpret_cold_start(last, {"time": "T1"})
+        assert verdict_.state == State.SUSPENDED
+        assert "This is a new pod: notebook nb was asked to stop at 2023-11-14T22:13:20" in verdict_.message
+        assert "keeps files and application checkpoints, not kernel memory" in verdict_.message
+    assert backend.interpret_cold_start(State.FLUSHING, {"time": "T2"}).state == State.RUNNING
+    failed = backend.interpret_cold_start(State.FAILED, {"time": "T3"})
+    assert (failed.state, bool(failed.next_step)) == (State.FAILED, True)
+    assert backend.interpret_cold_start(State.READY, None) == ColdStartVerdict(State.RUNNING, "")
+    assert load_backend_class("kubeflow-notebook") is KubeflowNotebookBackend
+    assert load_backend_class("kubeflow-workspace") is KubeflowWorkspaceBackend
+    caps = KubeflowWorkspaceBackend.capabilities
+    assert (caps.keeps_files, caps.keeps_application_checkpoints, caps.keeps_live_memory) == (True, True, False)
+    assert (caps.resume_from_server, caps.server_survives_suspend) == (False, False)
+
+
+def test_the_sidecars_workload_flag() -> None:
+    config = parse_config(["--workload", "workspace", "--pod-name", WORKSPACE_POD, "--pod-namespace", NAMESPACE], {})
+    assert (config.workload, config.policy_mode) == ("workspace", "off")
+    assert (
+        parse_config([], {"WORKLOAD": "notebook", "POD_NAME": POD, "POD_NAMESPACE": NAMESPACE}).workload == "notebook"
+    )
+    with pytest.raises(ConfigError, match="--workload 'jupyterhub'"):
+        parse_config([], {"WORKLOAD": "jupyterhub", "POD_NAME": POD, "POD_NAMESPACE": NAMESPACE})
+    # Without --workload the snapshot flags are still required.
+    with pytest.raises(ConfigError, match="needs --policy-selector"):
+        parse_config(["--pod-name", POD, "--pod-namespace", NAMESPACE], {})
