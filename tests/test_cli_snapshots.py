@@ -338,6 +338,15 @@ def test_prune_never_orphans_storage(cluster: Cluster) -> None:
     assert "recreate the policy" in refused["errors"][0]["message"]
 
 
+def test_an_api_refusal_is_said_and_exits_1(cluster: Cluster, history: dict[str, list[str]]) -> None:
+    cluster.kube.fail_next("delete", "podsnapshots", 403, reason="Forbidden", message="no delete for you")
+    done = cluster.run("prune", "nb-a", "--keep", "2")
+    assert done.returncode == 1, done.stderr
+    assert "refused a call (403 Forbidden): no delete for you" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert cluster.snapshot_names() >= set(history["nb-a"])  # the refused delete deleted nothing
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import urllib3
 from traitlets import Bool, Float, Int, Unicode
 
 from ..common.workloads import (
@@ -193,6 +194,14 @@ class Scope:
         if not pod:
             return self.statefulsets is None
         return self.statefulsets is None or (bool(ORDINAL.match(pod)) and self.environment(pod) in self.statefulsets)
+
+
+def _message(exc: Any) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body, else the body."""
+    try:
+        return str(json.loads(exc.body).get("message") or exc.body)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.body or "")
 
 
 def resolve_scope(kube: SnapshotKube, kind: str, name: str, everything: bool) -> Scope:
@@ -385,13 +394,31 @@ class SnapshotCommand(KubeCommandApp):
         print(f"jupyter {self.name}: {message}", file=sys.stderr)
         return EXIT_FAILED
 
+    def run(self) -> int:
+        try:
+            return self.work()
+        except Exception as exc:
+            # Looked up, not imported: the client's import costs seconds, and a usage error needs none of it.
+            api = sys.modules.get("kubernetes.client.exceptions")
+            if api is not None and isinstance(exc, api.ApiException):
+                return self.failed(
+                    f"the Kubernetes API refused a call ({exc.status} {exc.reason}): {_message(exc)}; "
+                    "what was deleted before it stays deleted (list again to see what is left)"
+                )
+            if isinstance(exc, urllib3.exceptions.HTTPError):
+                return self.failed(f"the Kubernetes API could not be reached: {exc}")
+            raise
+
+    def work(self) -> int:
+        raise NotImplementedError
+
 
 class ListSnapshotsApp(SnapshotCommand):
     name = "suspend snapshots list"
     description = "List the pod snapshots of one environment (NAME, --kind) or of the namespace (--all)."
     command = "list"
 
-    def run(self) -> int:
+    def work(self) -> int:
         name, everything = self.target()
         kube = self.kube()
         try:
@@ -433,7 +460,7 @@ class DeleteSnapshotsApp(SnapshotCommand):
     flags = {**BASE_FLAGS}
     aliases = {**KUBE_ALIASES}
 
-    def run(self) -> int:
+    def work(self) -> int:
         if not self.extra_args:
             raise UsageError("give the name of at least one snapshot")
         bad = [n for n in self.extra_args if not is_object_name(n)]
@@ -506,7 +533,7 @@ class PruneSnapshotsApp(SnapshotCommand):
             raise UsageError("--wait-timeout must be more than 0 seconds")
         return keep, older
 
-    def run(self) -> int:
+    def work(self) -> int:
         name, everything = self.target()
         keep, older = self.rule()
         kube = self.kube()
