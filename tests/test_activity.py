@@ -122,6 +122,26 @@ async def test_output_and_frontend_requests_are_activity(suspend_api: SuspendCli
     assert connection["last_activity"] > (signal(after_run, "kernel_connection")["last_activity"] or "")
 
 
+async def test_a_terminal_in_use_is_activity(suspend_api: SuspendClient, jp_ws_fetch: Any) -> None:
+    before = signal(await activity(suspend_api), "terminals")
+    assert before["measured"] is True
+    response = await suspend_api.fetch("api", "terminals", method="POST", body="{}")
+    name = json.loads(response.body)["name"]
+    ws = await jp_ws_fetch("terminals", "websocket", name)
+    try:
+        await ws.write_message(json.dumps(["stdin", "echo typed\r"]))
+        deadline = time.monotonic() + 20
+        while True:
+            after = signal(await activity(suspend_api), "terminals")
+            if after["last_activity"] is not None and after["last_activity"] != before["last_activity"]:
+                break
+            assert time.monotonic() < deadline, after
+            await asyncio.sleep(0.1)
+    finally:
+        ws.close()
+        await suspend_api.fetch("api", "terminals", name, method="DELETE")
+
+
 async def test_the_gpu_without_nvml_is_not_measured_and_never_idle(suspend_api: SuspendClient) -> None:
     answer = await activity(suspend_api)
     gpu = signal(answer, "gpu")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ CLASSES = {
     "quick": {"idle_seconds": 1.5, "warning_seconds": 1.5},
     "slow-warning": {"idle_seconds": 1.0, "warning_seconds": 60.0},
     "long-training": {"idle_seconds": 1.0, "warning_seconds": 0.5},
+    "from-kernelspec": {"idle_seconds": 3000.0},
 }
 
 
@@ -227,6 +229,34 @@ async def test_long_training_never_suspends_a_running_cell_and_suspends_after_it
     assert requested["workload_class"] == "long-training"
     assert requested["origin"] == "idle_policy"
     assert requested["wall"] >= cell_ended + 1.0  # the class's idle threshold after the cell ended
+
+
+async def test_the_class_from_a_kernel_specs_metadata(suspend_api: SuspendClient, jp_kernel_dir: Path) -> None:
+    spec_dir = jp_kernel_dir / "classed-python"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python (classed)",
+                "language": "python",
+                "metadata": {"jupyter_suspend": {"workload_class": "from-kernelspec"}},
+            }
+        )
+    )
+    nbformat.write(nbformat.v4.new_notebook(), str(suspend_api.root_dir / "plain.ipynb"))
+    response = await suspend_api.fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps({"path": "plain.ipynb", "type": "notebook", "kernel": {"name": "classed-python"}}),
+    )
+    await suspend_api.kernel_ready(json.loads(response.body)["kernel"]["id"])
+    answer = await suspend_api.json("GET", "activity")
+    assert answer["workload_class"]["name"] == "from-kernelspec"
+    assert answer["workload_class"]["source"] == "kernelspec"
+    assert answer["workload_class"]["idle_seconds"] == 3000.0
+    assert (await suspend_api.status())["workload_class"] == "from-kernelspec"
 
 
 async def test_a_user_suspend_is_journaled_with_its_origin(suspend_api: SuspendClient, state_dir: Path) -> None:
