@@ -35,6 +35,7 @@ from .servers import ServerProcess
 pytestmark = pytest.mark.slow
 
 KERNEL = "release-python"
+FAST = ("--poll-interval=0.1",)
 SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("cli-release-check.json").read_text())
 OUTPUT = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 RECORD = Draft202012Validator({"$defs": SCHEMA["$defs"], "$ref": "#/$defs/record"})
@@ -45,7 +46,7 @@ def release_check(*args: str, token: str = "", timeout: float = 120) -> subproce
     if token:
         env["JUPYTER_TOKEN"] = token
     return subprocess.run(
-        [sys.executable, "-m", "jupyter_suspend.cli.app", "release-check", *args],
+        [sys.executable, "-m", "jupyter_suspend.cli.app", "release-check", *args, *FAST],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -72,7 +73,7 @@ def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
 
 def run_here(capsys: pytest.CaptureFixture[str], *args: str, token: str) -> subprocess.CompletedProcess[str]:
     """:func:`in_process` shaped like :func:`release_check` (which proves the installed command; this is faster)."""
-    code, out, err = in_process(capsys, *args, f"--token={token}")
+    code, out, err = in_process(capsys, *args, f"--token={token}", *FAST)
     return subprocess.CompletedProcess(["release-check", *args], code, out, err)
 
 
@@ -239,7 +240,7 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
 
         done = release_check(
             "verify", f"--url={server.url}", f"--record={second_record}", kubeconfig, "--resume=nb",
-            "--kind=statefulset", "--poll-interval=0.1", token=server.token,
+            "--kind=statefulset", token=server.token,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         resumed = kube_api.get("apps/v1", "statefulsets", "default", "nb")
