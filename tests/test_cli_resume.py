@@ -28,6 +28,12 @@ from jupyter_suspend.common.workloads import (
 from tests.cli_helpers import kube_client, run_cli, statefulset, validate_output, write_kubeconfig
 from tests.kubeapi import KubeAPI
 from tests.kubeapi.gke import GKESnapshotController
+from tests.kubeapi.kubeflow import (
+    KubeflowNotebookController,
+    KubeflowWorkspaceController,
+    notebook_object,
+    workspace_object,
+)
 from tests.kubeapi.server import now_rfc3339, wait_until
 from tests.kubeapi.workloads import UNSCHEDULABLE, StatefulSetController
 from tests.servers import ServerProcess
@@ -490,6 +496,51 @@ def test_workspace_resume_unpauses_and_pins(kube_api: KubeAPI, kubeconfig: str) 
         "labels": {"a": "b"},
         "annotations": {PIN_SNAPSHOT_ANNOTATION: "snap-ws"},
     }
+
+
+def test_notebook_resumed_to_ready_through_the_simulated_notebook_controller(
+    kube_api: KubeAPI, kubeconfig: str
+) -> None:
+    KubeflowNotebookController(kube_api).attach()
+    count_pods(kube_api)
+    stopped = notebook_object("nb")
+    stopped["metadata"]["annotations"] = {NOTEBOOK_STOPPED_ANNOTATION: "2026-12-01T18:00:00Z"}
+    kube_api.create(stopped)
+    wait_until(lambda: kube_api.get("apps/v1", "statefulsets", "default", "nb"))
+    status = validate_output(
+        run_cli("status", "nb", "--kind=notebook", "--json", kubeconfig=kubeconfig).json(), "status"
+    )
+    assert status["state"] == "suspended"
+    done = run_cli("resume", "nb", "--kind=notebook", "--wait", "--json", *FAST, kubeconfig=kubeconfig)
+    assert done.code == 0, done.stderr
+    answer = validate_output(done.json(), "resume")
+    assert (answer["state"], answer["pod"], answer["action"]) == ("ready", "nb-0", "resumed")
+    assert kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["replicas"] == 1
+    assert sum(pod_creations(kube_api).values()) == 1
+
+
+def test_workspace_resumed_to_ready_through_the_simulated_workspace_controller(
+    kube_api: KubeAPI, kubeconfig: str
+) -> None:
+    KubeflowWorkspaceController(kube_api).attach()
+    kube_api.create(workspace_object("ws", paused=True))
+    wait_until(
+        lambda: (
+            (kube_api.get("kubeflow.org/v1beta1", "workspaces", "default", "ws").get("status") or {}).get("state")
+            == "Paused"
+        )
+    )
+    status = validate_output(
+        run_cli("status", "ws", "--kind=workspace", "--json", kubeconfig=kubeconfig).json(), "status"
+    )
+    assert status["state"] == "suspended"
+    assert "[Workspace Paused: Workspace is paused]" in status["message"]
+    done = run_cli("resume", "ws", "--kind=workspace", "--wait", "--json", *FAST, kubeconfig=kubeconfig)
+    assert done.code == 0, done.stderr
+    answer = validate_output(done.json(), "resume")
+    assert (answer["state"], answer["action"]) == ("ready", "resumed")
+    assert answer["pod"] == f"{KubeflowWorkspaceController.statefulset_name('ws')}-0"
+    assert kube_api.get("kubeflow.org/v1beta1", "workspaces", "default", "ws")["spec"]["paused"] is False
 
 
 # --- bad arguments ----------------------------------------------------------------------------------------------
