@@ -323,7 +323,9 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(
         server.stop()
 
 
-def test_a_server_frozen_in_its_pods_snapshot_ends_prepare_as_frozen(tmp_path: Path) -> None:
+def test_a_server_frozen_in_its_pods_snapshot_ends_prepare_as_frozen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """On GKE the server is inside the snapshot: from outside it stops answering once it is snapshotting."""
     config = SNAPSHOT_LIKE + "c.SnapshotLikeBackend.never_returns = True\n"
     server = ServerProcess(tmp_path, tmp_path / "state", config).start()
@@ -350,6 +352,16 @@ def test_a_server_frozen_in_its_pods_snapshot_ends_prepare_as_frozen(tmp_path: P
         assert prepared["suspend"]["outcome"] == "frozen"
         assert prepared["promises_live_memory"] is True
         RECORD.validate(json.loads(record_path.read_text()))
+
+        # The pod never comes back: verify's deadline holds, and a resume that never ends is a failure.
+        started = time.monotonic()
+        done = run_here(capsys, "verify", "--json", f"--url={server.url}", f"--record={record_path}", "--timeout=2",
+                        token=server.token)  # fmt: skip
+        assert time.monotonic() - started < 6
+        assert done.returncode == 1, done.stdout + done.stderr
+        stuck = as_json(done)
+        assert "not done within 2 s (state snapshotting)" in stuck["reason"]
+        assert stuck["restore"] is None
     finally:
         if prepare.poll() is None:
             prepare.kill()

@@ -95,18 +95,27 @@ class JupyterServerClient:
         except ValueError:
             return code, None
 
-    def call(self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)) -> Any:
-        code, answer = self.request(method, path, body)
+    def call(
+        self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,), timeout: float | None = None
+    ) -> Any:
+        code, answer = self.request(method, path, body, timeout)
         if code not in expect:
             raise ServerError(method, path, code, answer)
         return answer
 
-    def api(self, method: str, endpoint: str, body: Any = None, expect: tuple[int, ...] = (200,)) -> Any:
+    def api(
+        self,
+        method: str,
+        endpoint: str,
+        body: Any = None,
+        expect: tuple[int, ...] = (200,),
+        timeout: float | None = None,
+    ) -> Any:
         """Our own API under ``{base_url}jupyter-suspend/api/``."""
-        return self.call(method, f"{API_PREFIX}/{endpoint}", body, expect)
+        return self.call(method, f"{API_PREFIX}/{endpoint}", body, expect, timeout)
 
-    def status(self) -> dict[str, Any]:
-        answer: dict[str, Any] = self.api("GET", "status")
+    def status(self, timeout: float | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = self.api("GET", "status", timeout=timeout)
         return answer
 
     # -- contents and sessions ----------------------------------------------------------------------------------------

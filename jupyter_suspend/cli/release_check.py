@@ -275,8 +275,8 @@ class ReleaseCheckCommand(CommandApp):
         """
         last: dict[str, Any] | None = None
         while True:
-            try:
-                last = client.status()
+            try:  # one request never outlasts the deadline
+                last = client.status(timeout=max(0.1, min(self.request_timeout, deadline - time.monotonic())))
             except ServerUnreachable as exc:
                 if frozen_ok and last is not None and last.get("state") == "snapshotting":
                     return last, "frozen"
