@@ -395,6 +395,31 @@ def test_an_expired_lease_is_taken_over(kube_api: KubeAPI, kubeconfig: str) -> N
     assert [c.verb for c in kube_api.calls_matching(resource="leases")][:3] == ["create", "get", "update"]
 
 
+def test_the_lease_is_renewed_while_following_and_released_at_the_end(kube_api: KubeAPI, kubeconfig: str) -> None:
+    StatefulSetController(kube_api, capacity=0).attach()
+    kube_api.create(statefulset("nb"))
+    name = lease_name("statefulset", "nb")
+    thread, outcome, _ = follow_in_thread(
+        kubeconfig, Request("statefulset", "nb", wait=True, timeout=2.5, poll_interval=0.1, lease_seconds=1)
+    )
+    first = wait_until(lambda: kube_api.get("coordination.k8s.io/v1", "leases", "default", name), 5)
+    assert first["spec"]["leaseDurationSeconds"] == 1
+    assert first["spec"]["holderIdentity"].count("pid") == 1
+    renewed = wait_until(
+        lambda: (
+            (lease := kube_api.get("coordination.k8s.io/v1", "leases", "default", name))
+            and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
+            and lease
+        ),
+        3,
+    )
+    assert renewed["spec"]["holderIdentity"] == first["spec"]["holderIdentity"]
+    assert renewed["spec"]["acquireTime"] == first["spec"]["acquireTime"]
+    thread.join(5)
+    assert outcome[0][0]["state"] == "timed_out"
+    assert kube_api.get("coordination.k8s.io/v1", "leases", "default", name) is None  # released
+
+
 # --- snapshots --------------------------------------------------------------------------------------------------
 
 
