@@ -537,3 +537,27 @@ def test_the_sidecars_workload_flag() -> None:
     # Without --workload the snapshot flags are still required.
     with pytest.raises(ConfigError, match="needs --policy-selector"):
         parse_config(["--pod-name", POD, "--pod-namespace", NAMESPACE], {})
+
+
+def test_a_stop_the_api_fails_is_read_again_and_aborts_when_nothing_stopped(tmp_path: Path) -> None:
+    recorded: list[str] = []
+    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
+    with KubeAPI() as kube:
+        KubeflowNotebookController(kube).attach()
+        kube.create(notebook_object(NOTEBOOK, NAMESPACE))
+        pod_running(kube, POD)
+        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "notebook", POD).start()
+        try:
+            backend = KubeflowNotebookBackend(sidecar_socket=sidecar.socket_path, sidecar_secret=sidecar.secret_path)
+            kube.fail_next("patch", "notebooks", 503)
+            with pytest.raises(FlushFailed, match="Nothing was released") as failed:
+                asyncio.run(backend.release(ctx))
+            assert "503" in failed.value.reason
+            # Read (the backend), read and patch (the stop), and after the failed patch read again before saying so.
+            assert [c.verb for c in kube.calls if c.resource == "notebooks"] == ["get", "get", "patch", "get"]
+            notebook = kube.get(NOTEBOOK_API, "notebooks", NAMESPACE, NOTEBOOK)
+            assert STOPPED_ANNOTATION not in (notebook["metadata"].get("annotations") or {})
+            assert kube.get("v1", "pods", NAMESPACE, POD) is not None
+            assert recorded == []
+        finally:
+            sidecar.stop()

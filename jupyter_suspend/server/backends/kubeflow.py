@@ -198,7 +198,7 @@ class KubeflowBackend(Backend):
                 raise SidecarUnavailable(f"the sidecar does not answer at {client.socket_path}")
             view = await client.workload()
             self.last_view = view
-            stopped = await client.stop_workload({"kind": self.workload_kind, "name": view["name"]})
+            stopped = await self._stop(client, view)
         except (SidecarError, SidecarUnavailable) as exc:
             raise FlushFailed(
                 "release.stop",
@@ -226,6 +226,23 @@ class KubeflowBackend(Backend):
         outcome.node_released_at = None
         outcome.resume_plan = {**outcome.resume_plan, "workload": dict(self.last_view or after)}
         return outcome
+
+    async def _stop(self, client: SidecarClient, view: proto.WorkloadView) -> proto.WorkloadStopped:
+        """Ask for the stop. An answer that never came (a timeout, a dropped connection, the API's 5xx) may
+        hide a patch that was applied: read the owner again before saying nothing was released."""
+        try:
+            return await client.stop_workload({"kind": self.workload_kind, "name": view["name"]})
+        except (SidecarError, SidecarUnavailable) as exc:
+            if isinstance(exc, SidecarError) and not exc.retryable:
+                raise  # refused: nothing was written
+            try:
+                again = await client.workload()
+            except (SidecarError, SidecarUnavailable):
+                raise exc from None
+            if not again["stopped"] or view["stopped"]:
+                raise
+            self.log.warning("jupyter-suspend: the stop request failed (%s) but the %s is stopping", exc, view["kind"])
+            return {"workload": again, "requested_at": again["stopped_at"], "already_stopped": False}
 
     def _stopped_seen(self, view: proto.WorkloadView) -> bool:
         if view["kind"] == proto.WORKLOAD_WORKSPACE:
