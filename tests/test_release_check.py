@@ -135,6 +135,9 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         # Only the canary's hash left the kernel; the secret itself is nowhere on disk.
         assert len(record["canary"]["hash"]) == 64
         assert record["kernel_name"] == KERNEL
+        saved = json.loads((server.root_dir / "release-check" / "canary.ipynb").read_text())
+        assert saved["metadata"]["kernelspec"]["name"] == KERNEL  # the notebook reopens on the same kernel spec
+        assert "%load_ext jupyter_suspend" in "".join(saved["cells"][0]["source"])
         assert "RELEASE_CHANNEL" in record["kernel_environment"]["variables"]  # its value's hash only
         assert record["notebook"] == "release-check/canary.ipynb"
         data = (server.root_dir / "release-check" / "canary-data.txt").read_bytes()

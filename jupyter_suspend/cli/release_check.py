@@ -331,7 +331,7 @@ class ReleaseCheckPrepareApp(ReleaseCheckCommand):
 
         # The notebook first, so that the kernel is the notebook's (a session at its path).
         client.ensure_directory(posixpath.dirname(notebook))
-        client.save_notebook(notebook, canary_notebook())
+        client.save_notebook(notebook, canary_notebook(self.kernel_name))
         session = client.start_session(notebook, self.kernel_name)
         kernel_id = session["kernel"]["id"]
         self.progress(f"kernel {kernel_id} started for {notebook}")
@@ -430,12 +430,12 @@ def is_canary_or_absent(client: JupyterServerClient, notebook: str) -> bool:
     return content is None or NOTEBOOK_MARK in (content.get("metadata") or {})
 
 
-def canary_notebook() -> dict[str, Any]:
+def canary_notebook(kernel_name: str) -> dict[str, Any]:
     return {
         "nbformat": 4,
         "nbformat_minor": 5,
         "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "kernelspec": {"name": kernel_name, "display_name": kernel_name, "language": "python"},
             NOTEBOOK_MARK: {"version": RECORD_VERSION},
         },
         "cells": [
