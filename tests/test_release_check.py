@@ -1,12 +1,15 @@
-"""``jupyter suspend release-check prepare|verify`` end to end: the real command (a subprocess)
-against real ``jupyter server`` processes with real kernels.
+"""``jupyter suspend release-check prepare|verify`` end to end against real ``jupyter server``
+processes with real kernels; the command runs as the installed executable (a subprocess) where that
+is what is shown, in this process elsewhere (the same application, faster).
 
-* local backend: prepare, a resume from outside, verify -> COLD, told honestly, exit 0;
-  prepare again, the server restarted with a changed kernel spec (a new configuration), verify
-  resumes it -> COLD and the table names the changed variable, exit 0;
+* local backend: prepare, a resume from outside, verify -> COLD, told honestly, exit 0; prepare
+  again, the server restarted with a changed kernel spec (a new configuration), verify --resume of a
+  StatefulSet (loopback Kubernetes API) then of the server -> COLD and the table names the changed
+  variable, exit 0; wrong states, foreign notebooks and records, a failed outside resume -> nothing done;
 * a snapshot-like platform (``tests.backends:SnapshotLikeBackend``, which keeps the kernel
-  processes): verify -> LIVE; the kernel restarted by hand afterwards while the server still says
-  live -> MISMATCH, exit 1;
+  processes): a kernel without jupyter_suspend -> exit 1; verify -> LIVE; the kernel restarted by
+  hand afterwards while the server still says live -> MISMATCH, exit 1;
+* a server frozen in its pod's snapshot (SIGSTOP) -> prepare ends ``frozen``; verify's deadline holds;
 * bad arguments and records -> exit 2, nothing done.
 """
 
@@ -55,7 +58,7 @@ def release_check(*args: str, token: str = "", timeout: float = 120) -> subproce
 
 
 def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The same command in this process (fast, for arguments that are refused before any request)."""
+    """The same command in this process: ``(exit code, stdout, stderr)``."""
     from jupyter_suspend.cli import release_check as rc
     from jupyter_suspend.cli.app import SuspendCommandApp
 
