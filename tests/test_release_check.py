@@ -440,3 +440,32 @@ def test_bad_arguments_and_records_exit_2_before_anything_is_done(
     assert failed["ok"] is False
     assert "127.0.0.1:9" in failed["message"]
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("verdict", "promises_live", "server_restore", "resume_failed", "files_lost", "passes", "why"),
+    [
+        ("LIVE", True, "live", None, [], True, "same kernel process came back"),
+        ("COLD", False, "cold", None, [], True, "keeps files only"),
+        ("COLD", True, "cold", None, [], True, "the server tells users so"),
+        ("COLD", True, None, None, [], False, "does not say so"),  # e.g. 'running', no restore kind
+        ("COLD", True, "live", None, [], False, "does not say so"),
+        ("MISMATCH", False, "cold", None, [], False, "MISMATCH"),
+        ("LIVE", True, "live", None, ["a.txt"], False, "lost or changed: a.txt"),
+        ("UNKNOWN", True, None, "not ready: state failed", [], False, "the resume failed: not ready"),
+    ],
+)
+def test_when_the_check_fails(
+    verdict: str,
+    promises_live: bool,
+    server_restore: str | None,
+    resume_failed: str | None,
+    files_lost: list[str],
+    passes: bool,
+    why: str,
+) -> None:
+    from jupyter_suspend.cli.release_check import judge
+
+    result = judge(verdict, promises_live, server_restore, resume_failed, files_lost)
+    assert result[0] is passes
+    assert why in result[1]
