@@ -253,6 +253,7 @@ class KubeflowBackend(Backend):
         """Journal each new state of the owner until it is stopped, the sidecar goes (with the pod), or time ends."""
         deadline = time.monotonic() + max(0.0, self.observe_seconds)
         seen: set[str] = set()
+        previous = requested_at  # the time of the last mark
         while True:
             try:
                 view = await asyncio.wait_for(
@@ -268,13 +269,14 @@ class KubeflowBackend(Backend):
                 key = "scaled_down" if self._stopped_seen(view) else "stopping"
             if key not in seen:
                 seen.add(key)
-                # A workspace's pauseTime is when the controller paused it, in whole seconds: never before the
-                # request it follows on the timeline.
+                # A workspace's pauseTime is when the controller paused it, in whole seconds: on the timeline
+                # never before the marks it follows.
                 pause_time = view.get("pause_time") if key == "Paused" else None
+                previous = max(previous, float(pause_time) if pause_time else time.time())
                 ctx.record(
                     EV_OBSERVED,
                     mark=f"{self.workload_kind}_{key.lower()}",
-                    mark_at=max(float(pause_time), requested_at) if pause_time else time.time(),
+                    mark_at=previous,
                     # not ``state``: the journal's own field (a lifecycle state, always a string)
                     workload_state=view.get("state"),
                     workload_state_message=view.get("state_message"),
