@@ -324,6 +324,7 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(
         assert forged["restore"] == "MISMATCH"
         assert forged["canary"]["verdict"] == "COLD"  # the canary says: a new process
         assert any("server says the restore was live" in n for n in forged["notes"])
+        assert row(forged, "restore")[2].startswith("the canary alone says COLD: new kernel process")
         assert row(forged, "verdict")[1] == "FAIL"
     finally:
         server.stop()

@@ -718,7 +718,10 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
         rows: list[list[str]] = []
         canary = result.get("canary") or {}
         restore = result.get("restore") or "—"
-        rows.append(["restore", restore, canary.get("message") or result["reason"]])
+        detail = canary.get("message") or result["reason"]
+        if canary.get("verdict") and canary["verdict"] != restore:  # overruled by a cross-check (see the notes)
+            detail = f"the canary alone says {detail}"
+        rows.append(["restore", restore, detail])
         for note in result.get("notes", []):
             rows.append(["", "", note])
         server = result.get("server") or {}
