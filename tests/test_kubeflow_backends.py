@@ -339,7 +339,7 @@ def test_notebook_suspend_stops_it_and_the_new_pod_restores_the_sessions_cold(tm
             run_cell(server, kernel_id, SETUP)
 
             # The culler must not see our requests: polling and a dry run move nothing it reads.
-            preflight = assert_polling_is_not_activity(server)
+            preflight = assert_polling_is_not_activity(server, rounds=2)
             assert preflight["would_abort"] == []
             notes = " ".join(preflight["notes"])
             assert "Kubeflow Notebook 'notebook' in namespace team-a" in notes
