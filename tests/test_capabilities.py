@@ -47,3 +47,22 @@ async def test_busy_kernel_does_not_block_a_live_snapshot(suspend_api: SuspendCl
     assert status["state"] == "ready"
     flushed = next(s for s in status["operation"]["steps"] if s["name"] == "flush.kernels")
     assert flushed["detail"]["kernels"][0]["status"] == "busy_skipped"
+
+
+def test_a_files_only_sidecar_backend_is_never_described_as_a_snapshot() -> None:
+    """Kubeflow-like: the sidecar stops the workload; nothing is frozen, no snapshot is taken."""
+    from jupyter_suspend.server import wording
+    from jupyter_suspend.server.backends.gke import GKEBackend
+    from jupyter_suspend.server.backends.kubeflow import KubeflowBackend
+
+    files_only = KubeflowBackend.capabilities
+    text = wording.backend_text(files_only)
+    notes = wording.preflight_notes(files_only)
+    assert "snapshot" not in text["while_suspended"] and "frozen" not in text["while_suspended"]
+    assert "stop the workload" in text["while_suspended"]
+    assert not any("snapshot" in note for note in notes)
+    assert any("workload is stopped by the sidecar" in note for note in notes)
+
+    live = GKEBackend.capabilities
+    assert "takes the snapshot" in wording.backend_text(live)["while_suspended"]
+    assert any("snapshot is taken by the sidecar" in note for note in wording.preflight_notes(live))

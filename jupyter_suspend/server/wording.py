@@ -111,12 +111,25 @@ def while_suspended(caps: Capabilities) -> str:
     if caps.server_survives_suspend:
         text = "This server keeps answering"
         text += "; the kernels are stopped and their memory is free." if caps.releases_kernel_memory else "."
-    else:
+    elif caps.keeps_live_memory:
         text = "This server is frozen with the pod and answers again once the pod is back"
         text += "; the node goes back to the pool." if caps.releases_node else "."
+    else:
+        text = (
+            "This server stops with the pod; a new pod starts it again and it restarts the recorded sessions "
+            "from files and application checkpoints"
+        )
+        text += "; the node goes back to the pool." if caps.releases_node else "."
     if caps.needs_sidecar:
-        text += " The sidecar beside this server takes the snapshot."
+        text += " " + _SIDECAR_ROLE[caps.keeps_live_memory]
     return text
+
+
+#: What the sidecar does at a suspend: snapshot the pod (live memory kept) or stop the workload (files only).
+_SIDECAR_ROLE = {
+    True: "The sidecar beside this server takes the snapshot.",
+    False: "The sidecar beside this server asks the platform to stop the workload.",
+}
 
 
 def resume_by(caps: Capabilities) -> str:
@@ -171,7 +184,8 @@ def preflight_notes(caps: Capabilities) -> list[str]:
     if caps.releases_kernel_memory and not caps.keeps_live_memory:
         notes.append("Kernels will be shut down: variables in memory come back only from application checkpoints.")
     if caps.needs_sidecar:
-        notes.append("The snapshot is taken by the sidecar: it must be running beside this server.")
+        work = "The snapshot is taken" if caps.keeps_live_memory else "The workload is stopped"
+        notes.append(f"{work} by the sidecar: it must be running beside this server.")
     if not caps.resume_from_server:
         notes.append("The platform resumes the environment, not this server.")
     return notes
