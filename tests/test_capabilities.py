@@ -58,7 +58,8 @@ def test_a_files_only_sidecar_backend_is_never_described_as_a_snapshot() -> None
     files_only = KubeflowBackend.capabilities
     text = wording.backend_text(files_only)
     notes = wording.preflight_notes(files_only)
-    assert "snapshot" not in text["while_suspended"] and "frozen" not in text["while_suspended"]
+    assert "snapshot" not in text["while_suspended"]
+    assert "frozen" not in text["while_suspended"]
     assert "stop the workload" in text["while_suspended"]
     assert not any("snapshot" in note for note in notes)
     assert any("workload is stopped by the sidecar" in note for note in notes)
