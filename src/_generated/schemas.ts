@@ -146,6 +146,7 @@ export interface JupyterSuspendApi {
   VerifyRequest: VerifyRequest;
   VerifyRequestName: VerifyRequestName;
   WorkloadClass: WorkloadClass;
+  WorkloadView: WorkloadView;
 }
 /**
  * Leave the failed state and carry on working without resuming the recorded sessions.
@@ -343,7 +344,7 @@ export interface CliReleaseCheckPrepare {
   ok: boolean;
   message: string;
   /**
-   * Where the record was written (only when ok).
+   * The record's path (written only when ok).
    */
   record: string;
   notebook: string;
@@ -361,6 +362,7 @@ export interface CliReleaseCheckPrepare {
 export interface CliReleaseCheckBackend {
   name: string;
   capabilities: {
+    keeps_live_memory: boolean;
     [k: string]: boolean | undefined;
   };
 }
@@ -423,6 +425,19 @@ export interface CliReleaseCheckVerify {
     };
   };
   checkpoints_restored?: string[];
+  /**
+   * With --resume: what jupyter suspend resume NAME --wait found (see cli-resume.json).
+   */
+  outside_resume?: {
+    /**
+     * kind/name
+     */
+    workload: string;
+    namespace: string;
+    state: string;
+    action: string;
+    message: string;
+  };
   files?: {
     path: string;
     present: boolean;
@@ -1563,4 +1578,34 @@ export interface VerifyRequest {
         | undefined;
     };
   };
+}
+/**
+ * The sidecar's GET /v1/workload (and the workload of POST /v1/workload/stop): the Kubeflow Notebook or Workspace that owns the sidecar's own pod, named by the pod's label. Also status backend.workload on the kubeflow backends (null before it was read). See jupyter_suspend/common/sidecar_protocol.py.
+ */
+export interface WorkloadView {
+  kind: 'notebook' | 'workspace';
+  name: string;
+  namespace: string;
+  pod: string;
+  /**
+   * Asked to stop: the kubeflow-resource-stopped annotation is set (notebook) or spec.paused is true (workspace).
+   */
+  stopped: boolean;
+  /**
+   * The annotation's value (notebook) or status.pauseTime as RFC 3339 (workspace).
+   */
+  stopped_at: string | null;
+  /**
+   * Workspace status.state (Running, Pending, Paused, Terminating, Error, Unknown); null for a notebook.
+   */
+  state: string | null;
+  state_message: string | null;
+  /**
+   * Workspace status.pauseTime, epoch seconds; null when unset.
+   */
+  pause_time: number | null;
+  /**
+   * Notebook status.readyReplicas; null for a workspace.
+   */
+  ready_replicas: number | null;
 }
