@@ -21,7 +21,14 @@ CLASSES = [
     ("jupyter_suspend.server.app:SuspendApp", "the server extension (`jupyter_server_config.py` or `--SuspendApp.…`)"),
     ("jupyter_suspend.server.backends.local:LocalBackend", "the `local` backend"),
     ("jupyter_suspend.server.backends.gke:GKEBackend", "the `gke` backend (GKE Pod Snapshots through the sidecar)"),
-    ("jupyter_suspend.server.idle_policy:IdlePolicy", "the idle policy: automatic suspend per workload class (docs/idle.md)"),
+    (
+        "jupyter_suspend.server.backends.kubeflow:KubeflowBackend",
+        "the `kubeflow-notebook` and `kubeflow-workspace` backends (docs/kubeflow.md)",
+    ),
+    (
+        "jupyter_suspend.server.idle_policy:IdlePolicy",
+        "the idle policy: automatic suspend per workload class (docs/idle.md)",
+    ),
     ("jupyter_suspend.kernel.helper:KernelHelper", "the kernel side (`ipython_kernel_config.py`)"),
 ]
 
