@@ -22,6 +22,7 @@ Our REST handlers never count: they switch activity tracking off.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable
@@ -273,6 +274,8 @@ class Reading:
         }
 
 
+#: Seconds a kernel's start event waits for the server to list the kernel.
+KERNEL_LISTED_WAIT = 2.0
 #: jupyter_server's kernel start/restart/shutdown events.
 KERNEL_ACTIONS_SCHEMA_ID = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 
@@ -294,6 +297,13 @@ class ActivityMonitor:
             self.event_logger.add_listener(schema_id=KERNEL_ACTIONS_SCHEMA_ID, listener=self._on_kernel_action)
 
     async def _on_kernel_action(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        # The event comes as the kernel's own start ends, a moment before the server lists it.
+        kernel_id = data.get("kernel_id")
+        deadline = time.monotonic() + KERNEL_LISTED_WAIT
+        while kernel_id is not None and data.get("action") in ("start", "restart") and time.monotonic() < deadline:
+            if kernel_id in self.serverapp.kernel_manager.list_kernel_ids():
+                break
+            await asyncio.sleep(0.02)
         self.kernel_watch.sync()
 
     def _settings(self) -> dict[str, Any]:
