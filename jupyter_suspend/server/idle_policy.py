@@ -417,6 +417,8 @@ class IdlePolicy(LoggingConfigurable):
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._lock = asyncio.Lock()
+        # (journal file identity, size, mtime) -> its timeline: read again only when the journal changed.
+        self._timeline_cache: tuple[tuple[int, int, int] | None, dict[str, Any]] | None = None
 
     # -- the timer ---------------------------------------------------------------
     def start(self) -> None:
@@ -461,7 +463,7 @@ class IdlePolicy(LoggingConfigurable):
         reading = self.monitor.read(since)
         choice = await self.resolver.resolve(self.classes, self.default_workload_class)
         self.last_choice = choice
-        timeline = await asyncio.to_thread(self.lifecycle.timeline)
+        timeline = await asyncio.to_thread(self._timeline)
         guard = break_even(timeline, reading.idle_seconds, self.default_cycle_seconds, self.break_even_factor)
         refusal = self.lifecycle.decide(Action.SUSPEND)
         can_suspend = None if refusal else (refusal.reason or "an operation is in progress")
@@ -476,6 +478,20 @@ class IdlePolicy(LoggingConfigurable):
             guard=guard,
         )
         return reading, choice, decision
+
+    def _timeline(self) -> dict[str, Any]:
+        """The measured cycles; the journal is read again only when it changed (each tick asks)."""
+        try:
+            st = os.stat(self.lifecycle.journal.path)
+            key: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None
+        cached = self._timeline_cache
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        timeline = self.lifecycle.timeline()
+        self._timeline_cache = (key, timeline)
+        return timeline
 
     async def tick(self) -> Decision:
         """Read, decide, and act: open, cancel or end the warning."""
