@@ -17,6 +17,14 @@ from jupyter_suspend.server.jupyter_environment import own_client
 from .conftest import SuspendClient
 
 
+async def settled(api: SuspendClient, kernel_id: str) -> None:
+    """Run a cell, then wait until the server has seen the kernel idle. (Right after a start the
+    server's kernel may stay 'starting' until its next message: its IOPub listener can join
+    after the start's last status.)"""
+    await api.run(kernel_id, "pass")
+    await api.wait_until_idle(kernel_id)
+
+
 async def activity(api: SuspendClient) -> dict[str, Any]:
     return await api.json("GET", "activity")  # held to the OpenAPI contract by SuspendClient
 
@@ -36,7 +44,7 @@ async def jupyter_activity(api: SuspendClient, kernel_id: str) -> tuple[str, str
 async def test_a_cell_running_quietly_keeps_the_session_active(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("quiet.ipynb")
     kernel_id = session["kernel"]["id"]
-    await suspend_api.wait_until_idle(kernel_id)
+    await settled(suspend_api, kernel_id)
     await asyncio.sleep(0.5)  # the start-up's last messages are behind us
     async with suspend_api.busy(kernel_id, 3.0):
         _, kernel_before = await jupyter_activity(suspend_api, kernel_id)
@@ -60,7 +68,7 @@ async def test_a_cell_running_quietly_keeps_the_session_active(suspend_api: Susp
 async def test_our_own_polling_moves_no_activity(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("polled.ipynb")
     kernel_id = session["kernel"]["id"]
-    await suspend_api.wait_until_idle(kernel_id)
+    await settled(suspend_api, kernel_id)
     await asyncio.sleep(0.5)
     before = await jupyter_activity(suspend_api, kernel_id)
     first = await activity(suspend_api)
@@ -79,7 +87,7 @@ async def test_our_own_polling_moves_no_activity(suspend_api: SuspendClient) -> 
 async def test_the_preflight_probe_of_a_kernel_is_not_activity(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("probed.ipynb")
     kernel_id = session["kernel"]["id"]
-    await suspend_api.wait_until_idle(kernel_id)
+    await settled(suspend_api, kernel_id)
     await asyncio.sleep(0.5)
     before = await activity(suspend_api)
     preflight = await suspend_api.json("POST", "suspend", {"dry_run": True})
@@ -95,7 +103,7 @@ async def test_the_preflight_probe_of_a_kernel_is_not_activity(suspend_api: Susp
 async def test_output_and_frontend_requests_are_activity(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("loud.ipynb")
     kernel_id = session["kernel"]["id"]
-    await suspend_api.wait_until_idle(kernel_id)
+    await settled(suspend_api, kernel_id)
     await asyncio.sleep(0.3)
     before = await activity(suspend_api)
     started = time.time()

@@ -211,6 +211,7 @@ async def test_long_training_never_suspends_a_running_cell_and_suspends_after_it
 ) -> None:
     monkeypatch.setenv(WORKLOAD_CLASS_ENV, "long-training")
     kernel_id = await open_classed_notebook(suspend_api, "train.ipynb", "quick")  # the environment wins
+    await suspend_api.run(kernel_id, "pass")  # (the server sees the kernel idle: see test_activity.settled)
     async with suspend_api.busy(kernel_id, 5.0):
         # (Under load the session may have been idle for the class's second before the cell
         # started: a warning opened then ends at the policy's next reading of the running cell.)

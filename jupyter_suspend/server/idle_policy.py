@@ -460,9 +460,12 @@ class IdlePolicy(LoggingConfigurable):
 
     async def evaluate(self) -> tuple[Reading, ClassChoice, Decision]:
         since, running_seconds = self._running_since()
-        reading = self.monitor.read(since)
+        # The class first: every kernel of a session it saw is listed by then, so the reading
+        # below listens to it (read first, a kernel started meanwhile would be missing from the
+        # reading while its notebook's class already applied: idle since the server started).
         choice = await self.resolver.resolve(self.classes, self.default_workload_class)
         self.last_choice = choice
+        reading = self.monitor.read(since)
         timeline = await asyncio.to_thread(self._timeline)
         guard = break_even(timeline, reading.idle_seconds, self.default_cycle_seconds, self.break_even_factor)
         refusal = self.lifecycle.decide(Action.SUSPEND)
