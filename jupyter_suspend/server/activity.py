@@ -142,7 +142,8 @@ class KernelWatch:
             seen_before = _epoch(km.last_activity)
         except Exception:  # noqa: BLE001
             seen_before = None
-        activity.last_output = activity.last_output or seen_before
+        # A kernel that started is someone's doing: never older than its start (or our first sight of it).
+        activity.last_output = activity.last_output or seen_before or self.clock()
         activity.busy_when_attached = getattr(km, "execution_state", "") == "busy"
         self.kernels[kernel_id] = activity
         session = km.session
