@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
+from jupyter_suspend.common.times import rfc3339 as parse_time
 from jupyter_suspend.common.workloads import ORIGIN_POD_ANNOTATION, POD_RESTORED_CONDITION
 
 JSON = dict[str, Any]
@@ -87,17 +88,6 @@ class Assessment:
 
     def seconds_in_state(self, now: datetime) -> float | None:
         return None if self.since is None else max(0.0, (now - self.since).total_seconds())
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time from the API (``Z`` or an offset), or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:

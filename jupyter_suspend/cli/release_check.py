@@ -35,6 +35,7 @@ from traitlets import Float, Unicode
 
 from jupyter_suspend.server.live_state import compare, record_from_flush
 
+from ..common.times import rfc3339_epoch
 from .base import BASE_FLAGS, EXIT_FAILED, EXIT_OK, CommandApp, GroupApp, UsageError
 from .jupyter_client import (
     JupyterServerClient,
@@ -91,15 +92,6 @@ IN_FLIGHT = {"flushing", "snapshotting", "waiting_for_capacity", "restoring"}
 def now_iso(stamp: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if stamp is None else stamp, tz=timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_iso(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def sha256(data: bytes) -> str:
@@ -614,7 +606,7 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
     ) -> None:
         """Resume request -> runnable cell: measured here when this command resumed; after a resume from
         outside, the server's own measurement (its timeline), else this cell's time, an upper bound."""
-        requested = parse_iso(resume["requested_at"])
+        requested = rfc3339_epoch(resume["requested_at"])
         if resume["by"] == "this command" and requested is not None:
             resume.update(seconds_to_runnable_cell=round(cell_ran - requested, 3), measured_by="this command")
             return

@@ -22,12 +22,12 @@ import re
 import sys
 import time
 from collections.abc import Iterable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import urllib3
 from traitlets import Bool, Float, Int, Unicode
 
+from ..common.times import rfc3339_epoch
 from ..common.workloads import (
     NOTEBOOK_NAME_LABEL,
     ORIGIN_POD_ANNOTATION,
@@ -62,15 +62,6 @@ def parse_duration(text: str) -> float:
     if not match:
         raise UsageError(f"--older-than {text!r} is not a duration (a number and one of s, m, h, d, w: 7d)")
     return float(match.group(1)) * UNIT_SECONDS[match.group(2)]
-
-
-def _epoch(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def human_age(seconds: float | None) -> str:
@@ -233,8 +224,8 @@ def row(snapshot: JSON, policies: set[str], now: float) -> JSON:
     origin = (meta.get("annotations") or {}).get(ORIGIN_POD_ANNOTATION)
     policy = (snapshot.get("spec") or {}).get("policyName")
     last_access = status.get("lastAccessTime")
-    created_at = _epoch(created)
-    used_at = _epoch(last_access) or created_at
+    created_at = rfc3339_epoch(created)
+    used_at = rfc3339_epoch(last_access) or created_at
     return {
         "name": str(meta.get("name", "")),
         "origin_pod": origin,
@@ -255,7 +246,7 @@ def row(snapshot: JSON, policies: set[str], now: float) -> JSON:
 
 
 def newest_first(rows: list[JSON]) -> list[JSON]:
-    return sorted(rows, key=lambda r: (_epoch(r["created"]) or 0.0, r["name"]), reverse=True)
+    return sorted(rows, key=lambda r: (rfc3339_epoch(r["created"]) or 0.0, r["name"]), reverse=True)
 
 
 def stale_state(

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime
 from typing import Any
 
+from ..common.times import rfc3339_epoch
 from .backends.base import Backend, SnapshotError
 from .states import State
 
@@ -69,21 +69,12 @@ def unsupported_reason(backend: Backend) -> str:
     )
 
 
-def _epoch(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def restore_candidate(snapshots: list[dict[str, Any]]) -> str | None:
     """The snapshot a restore would use now: the most recent Ready one not being deleted."""
     ready = [s for s in snapshots if s.get("ready") and not s.get("deleting")]
     if not ready:
         return None
-    return str(max(ready, key=lambda s: (_epoch(s.get("created")) or 0.0, s["name"]))["name"])
+    return str(max(ready, key=lambda s: (rfc3339_epoch(s.get("created")) or 0.0, s["name"]))["name"])
 
 
 def protection(snapshot: dict[str, Any], candidate: str | None, state: State) -> str | None:
@@ -98,7 +89,7 @@ def protection(snapshot: dict[str, Any], candidate: str | None, state: State) ->
 
 
 def _row(snapshot: dict[str, Any], candidate: str | None, state: State, now: float) -> dict[str, Any]:
-    created = _epoch(snapshot.get("created"))
+    created = rfc3339_epoch(snapshot.get("created"))
     refused = protection(snapshot, candidate, state)
     return {
         "name": snapshot["name"],

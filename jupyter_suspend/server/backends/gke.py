@@ -47,12 +47,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from traitlets import Bool, Float, Unicode, default
 
 from ...common import sidecar_protocol as proto
+from ...common.times import rfc3339_epoch
 from ..journal import BOOT_ID, utc_iso
 from ..pod_return import (
     DEFAULT_CLOCK_JUMP_THRESHOLD,
@@ -170,16 +170,6 @@ def _policy_note(facts: _SidecarFacts) -> str:
             "be released; a suspend aborts (set postCheckpoint: stop on the policy)."
         )
     return f"{policy} does not say what the pod does after the checkpoint ({post!r})."
-
-
-def _epoch(text: Any) -> float | None:
-    """An RFC 3339 time (``...Z``) as epoch seconds."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _condition(progress: proto.SnapshotProgress, source: str, kind: str) -> proto.Condition | None:
@@ -538,7 +528,7 @@ class GKEBackend(Backend):
         done = checkpoint is not None and (checkpoint["status"] == "True" or checkpoint["reason"] == "Succeeded")
         if checkpoint is not None and done and EV_CHECKPOINTED not in progress.noted:
             progress.noted.add(EV_CHECKPOINTED)
-            progress.checkpoint_at = _epoch(checkpoint["lastTransitionTime"]) or time.time()
+            progress.checkpoint_at = rfc3339_epoch(checkpoint["lastTransitionTime"]) or time.time()
             record(
                 EV_CHECKPOINTED,
                 mark="checkpoint_done",
@@ -552,7 +542,7 @@ class GKEBackend(Backend):
         if view["phase"] == "ready" and EV_READY not in progress.noted:
             progress.noted.add(EV_READY)
             condition_time = ready["lastTransitionTime"] if ready else None
-            progress.ready_at = _epoch(condition_time) or time.time()
+            progress.ready_at = rfc3339_epoch(condition_time) or time.time()
             record(
                 EV_READY,
                 mark="snapshot_ready",
@@ -746,7 +736,7 @@ class GKEBackend(Backend):
                         EV_POD_RESTORED,
                         mark="pod_restored",
                         # Whole seconds: never before what happened in the old pod.
-                        mark_at=max(_epoch(condition_time) or seen_at, *progress.times()),
+                        mark_at=max(rfc3339_epoch(condition_time) or seen_at, *progress.times()),
                         trigger=progress.trigger,
                         snapshot=progress.snapshot,
                         pod_restored_message=pod.get("restored_message"),
