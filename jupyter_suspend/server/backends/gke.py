@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from traitlets import Bool, Float, Unicode, default
+from traitlets import Bool, Float, Unicode
 
 from ...common import sidecar_protocol as proto
 from ...common.times import rfc3339_epoch
@@ -66,7 +66,6 @@ from ..pod_return import (
 from ..sidecar_client import SidecarClient, SidecarError, SidecarUnavailable
 from ..states import FlushFailed, RestoreKind, State
 from .base import (
-    Backend,
     Capabilities,
     ColdStartVerdict,
     ReleaseContext,
@@ -76,6 +75,7 @@ from .base import (
     SnapshotError,
 )
 from .local import LocalBackend
+from .sidecar import SidecarBackend
 
 #: Journal entry kinds of this backend (the ``gke_`` prefix keeps them apart from the core's).
 EV_IDENTITY = "gke_identity"
@@ -190,7 +190,7 @@ def _kube_next_step(exc: SidecarError) -> str:
     return "Check the sidecar's log (container 'sidecar'), then suspend again."
 
 
-class GKEBackend(Backend):
+class GKEBackend(SidecarBackend):
     """Suspend into a GKE Pod Snapshot through the sidecar; return live, or cold from the journal."""
 
     name = "gke"
@@ -212,17 +212,6 @@ class GKEBackend(Backend):
         keeps_snapshots=True,
     )
 
-    sidecar_socket = Unicode(
-        config=True,
-        help="The sidecar's Unix socket, in the emptyDir shared with the sidecar container "
-        f"(default: $JUPYTER_SUSPEND_SIDECAR_SOCKET, else {proto.DEFAULT_SOCKET_PATH}).",
-    )
-    sidecar_secret = Unicode(
-        config=True,
-        help="The file with the sidecar's bearer secret, written by the sidecar at start "
-        f"(default: $JUPYTER_SUSPEND_SIDECAR_SECRET, else {proto.DEFAULT_SECRET_PATH}).",
-    )
-    sidecar_timeout = Float(30.0, config=True, help="Seconds for one call to the sidecar (a long-poll's wait on top).")
     settle_seconds = Float(
         3.0,
         config=True,
@@ -282,14 +271,6 @@ class GKEBackend(Backend):
         "later restart of this pod would silently restore that older state.",
     )
 
-    @default("sidecar_socket")
-    def _default_socket(self) -> str:
-        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SOCKET") or proto.DEFAULT_SOCKET_PATH
-
-    @default("sidecar_secret")
-    def _default_secret(self) -> str:
-        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SECRET") or proto.DEFAULT_SECRET_PATH
-
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         #: Restarts the recorded kernels on a cold start, as on one machine.
@@ -304,9 +285,6 @@ class GKEBackend(Backend):
         self.started_at = time.time()
 
     # -- parts -------------------------------------------------------------------------
-
-    def client(self, timeout: float | None = None) -> SidecarClient:
-        return SidecarClient(self.sidecar_socket, self.sidecar_secret, timeout=timeout or self.sidecar_timeout)
 
     def signals(self) -> PodSignals:
         """The in-pod signals (a seam: tests replace the clocks)."""

@@ -30,18 +30,16 @@ Journal kinds ``kubeflow_*``; each carries a timeline ``mark``.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
-from traitlets import Float, Unicode, default
+from traitlets import Float
 
 from ...common import sidecar_protocol as proto
 from ..journal import utc_iso
 from ..sidecar_client import SidecarClient, SidecarError, SidecarUnavailable
 from ..states import FlushFailed, RestoreKind, State
 from .base import (
-    Backend,
     Capabilities,
     ColdStartVerdict,
     ReleaseContext,
@@ -50,6 +48,7 @@ from .base import (
     Suspended,
 )
 from .local import LocalBackend
+from .sidecar import SidecarBackend
 
 EV_STOP_REQUESTED = "kubeflow_stop_requested"
 EV_OBSERVED = "kubeflow_workload_observed"
@@ -79,7 +78,7 @@ def workload_note(view: proto.WorkloadView) -> str:
     return text
 
 
-class KubeflowBackend(Backend):
+class KubeflowBackend(SidecarBackend):
     """Stop the pod's Kubeflow owner through the sidecar; a new pod restarts the sessions (cold)."""
 
     name = "kubeflow"
@@ -98,16 +97,7 @@ class KubeflowBackend(Backend):
         resume_from_server=False,
     )
 
-    sidecar_socket = Unicode(
-        config=True,
-        help=f"The sidecar's Unix socket (default: $JUPYTER_SUSPEND_SIDECAR_SOCKET, else {proto.DEFAULT_SOCKET_PATH}).",
-    )
-    sidecar_secret = Unicode(
-        config=True,
-        help="The sidecar's bearer-secret file (default: $JUPYTER_SUSPEND_SIDECAR_SECRET, else "
-        f"{proto.DEFAULT_SECRET_PATH}).",
-    )
-    sidecar_timeout = Float(15.0, config=True, help="Seconds for one call to the sidecar.")
+    sidecar_timeout = Float(15.0, config=True, help="Seconds for one call to the sidecar (no long-polls here).")
     observe_seconds = Float(
         20.0,
         config=True,
@@ -115,14 +105,6 @@ class KubeflowBackend(Backend):
         "pauseTime, notebook scaled to 0); the pod usually goes away first.",
     )
     observe_interval = Float(0.5, config=True, help="Seconds between two reads of the workload while following it.")
-
-    @default("sidecar_socket")
-    def _default_socket(self) -> str:
-        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SOCKET") or proto.DEFAULT_SOCKET_PATH
-
-    @default("sidecar_secret")
-    def _default_secret(self) -> str:
-        return os.environ.get("JUPYTER_SUSPEND_SIDECAR_SECRET") or proto.DEFAULT_SECRET_PATH
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -132,9 +114,6 @@ class KubeflowBackend(Backend):
         #: The owner as last read (status ``backend.workload``); None: not read yet.
         self.last_view: proto.WorkloadView | None = None
         self.started_at = time.time()
-
-    def client(self, timeout: float | None = None) -> SidecarClient:
-        return SidecarClient(self.sidecar_socket, self.sidecar_secret, timeout=timeout or self.sidecar_timeout)
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
