@@ -84,6 +84,7 @@ export type StatusKernel = Pick<
   | 'isDisposed'
   | 'statusChanged'
   | 'requestKernelInfo'
+  | 'reconnect'
 >;
 
 /**
@@ -98,20 +99,46 @@ export type StatusKernel = Pick<
  * lost (ZMQ's slow joiner): the connection is open, the status stays 'unknown'
  * for good, and whatever waits for an idle kernel waits forever. One more
  * kernel_info request, once the subscription stands, brings the status back.
+ *
+ * A connection can also be deaf: opened while the resume restarted the kernel
+ * under the same id, under load it stayed connected with no answer to any
+ * kernel_info for minutes. When asking again has not helped for `reopenMs`,
+ * the websocket is reopened (the server then opens fresh channels to the
+ * kernel), once per `reopenMs`, until `timeoutMs`.
  */
 export async function settleKernelStatus(
   kernel: StatusKernel,
-  options: { graceMs?: number; retryMs?: number; timeoutMs?: number } = {}
+  options: {
+    graceMs?: number;
+    retryMs?: number;
+    reopenMs?: number;
+    timeoutMs?: number;
+  } = {}
 ): Promise<boolean> {
-  const { graceMs = 1000, retryMs = 2000, timeoutMs = 60000 } = options;
+  const {
+    graceMs = 1000,
+    retryMs = 2000,
+    reopenMs = 10000,
+    timeoutMs = 60000
+  } = options;
   const deadline = Date.now() + timeoutMs;
   const known = (): boolean => kernel.status !== 'unknown';
   let wait = graceMs;
-  while (!kernel.isDisposed && kernel.connectionStatus === 'connected') {
+  let reopenAt = Date.now() + reopenMs;
+  let reopened = false;
+  while (!kernel.isDisposed) {
+    const left = deadline - Date.now();
+    if (kernel.connectionStatus !== 'connected') {
+      // Not ours to settle, unless it is our own reopen still connecting.
+      if (!reopened || left <= 0) {
+        return known();
+      }
+      await sleep(Math.min(100, left));
+      continue;
+    }
     if (known()) {
       return true;
     }
-    const left = deadline - Date.now();
     if (left <= 0) {
       return false;
     }
@@ -123,12 +150,23 @@ export async function settleKernelStatus(
     ) {
       continue;
     }
+    if (Date.now() >= reopenAt) {
+      reopened = true;
+      reopenAt = Date.now() + reopenMs;
+      wait = graceMs;
+      kernel.reconnect().catch(() => undefined);
+      continue;
+    }
     // Its busy/idle answer is all that is wanted: the reply itself may never
     // resolve (JupyterLab's future also waits for an idle that may be lost).
     kernel.requestKernelInfo().catch(() => undefined);
     wait = retryMs;
   }
   return known();
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
 }
 
 function statusOrTimeout(kernel: StatusKernel, ms: number): Promise<void> {

@@ -354,6 +354,21 @@ describe('settleKernelStatus', () => {
       isDisposed: false,
       statusChanged: new Signal<unknown, string>({}),
       infoRequests: 0,
+      reopens: 0,
+      /** A reopened websocket: connecting for a moment, then (when `healed`) a status arrives. */
+      healed: false,
+      reconnect(): Promise<void> {
+        this.reopens += 1;
+        this.connectionStatus = 'connecting';
+        setTimeout(() => {
+          this.connectionStatus = 'connected';
+          if (this.healed) {
+            this.status = 'idle';
+            this.statusChanged.emit('idle');
+          }
+        }, 10);
+        return Promise.resolve();
+      },
       requestKernelInfo(): Promise<undefined> {
         this.infoRequests += 1;
         if (answers) {
@@ -397,6 +412,30 @@ describe('settleKernelStatus', () => {
     expect(k.infoRequests).toBe(0);
   });
 
+  it('reopens a connection that stays deaf to every request', async () => {
+    const k = openKernel('unknown', false);
+    k.healed = true;
+    await expect(
+      settleKernelStatus(k as never, {
+        graceMs: 20,
+        retryMs: 20,
+        reopenMs: 100,
+        timeoutMs: 2000
+      })
+    ).resolves.toBe(true);
+    expect(k.reopens).toBe(1);
+    expect(k.infoRequests).toBeGreaterThan(1); // asked first, reopened only then
+    expect(k.status).toBe('idle');
+  });
+
+  it('does not reopen a connection that is merely slow to answer', async () => {
+    const k = openKernel('unknown', true);
+    await expect(
+      settleKernelStatus(k as never, { ...fast, reopenMs: 100 })
+    ).resolves.toBe(true);
+    expect(k.reopens).toBe(0);
+  });
+
   it('keeps asking until its deadline, then says the status is unknown', async () => {
     const k = openKernel('unknown', false);
     const started = Date.now();
@@ -409,5 +448,6 @@ describe('settleKernelStatus', () => {
     ).resolves.toBe(false);
     expect(Date.now() - started).toBeLessThan(2000);
     expect(k.infoRequests).toBeGreaterThan(2);
+    expect(k.reopens).toBe(0); // the default reopen comes after 10 s
   });
 });
