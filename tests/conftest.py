@@ -211,8 +211,18 @@ class SuspendClient:
     async def _wait_for_execution_state(self, kernel_id: str, state: str, timeout: float) -> None:
         km = self.serverapp.kernel_manager.get_kernel(kernel_id)
         deadline = time.monotonic() + timeout
+        nudge_at = time.monotonic() + 2.0
         while km.execution_state != state:
             assert time.monotonic() < deadline, f"kernel {kernel_id} still {km.execution_state}, not {state}"
+            if state == "idle" and km.execution_state == "starting" and time.monotonic() >= nudge_at:
+                # The server learns the state from IOPub only and can miss a new kernel's first status
+                # messages (it subscribes late on a loaded machine): a kernel_info makes a new busy/idle.
+                nudge_at = time.monotonic() + 2.0
+                nudger = own_client(km)
+                nudger.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+                nudger.kernel_info()
+                await asyncio.sleep(0.2)
+                nudger.stop_channels()
             await asyncio.sleep(0.02)
 
     def kernel_pid(self, kernel_id: str) -> int:

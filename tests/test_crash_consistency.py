@@ -29,7 +29,6 @@ from typing import Any
 import nbformat
 import psutil
 import pytest
-from jupyter_client import BlockingKernelClient
 
 from jupyter_suspend.common.checkpoints import folder_name
 from jupyter_suspend.kernel.store import CheckpointStore
@@ -111,11 +110,10 @@ class Scenario:
 
 
 def run(server: ServerProcess, kernel_id: str, code: str) -> str:
-    # Not ServerProcess.kernel_client: its wait_for_ready gives up on one missed
-    # heartbeat under load; an execute_request simply waits in the queue.
-    client = BlockingKernelClient(connection_file=str(server.base / "runtime" / f"kernel-{kernel_id}.json"))
-    client.load_connection_file()
-    client.start_channels()
+    # A kernel_info round trip first (ServerProcess.kernel_client retries until its deadline): an
+    # execute sent the moment a new kernel's channels open could have its IOPub output published
+    # before this client's subscription joined, and execute_interactive then waits for nothing.
+    client = server.kernel_client(kernel_id)
     out: list[str] = []
 
     def hook(msg: dict[str, Any]) -> None:
