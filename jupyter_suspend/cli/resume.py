@@ -209,29 +209,32 @@ class Lease:
             },
         }
 
+    def _create(self, now: datetime) -> bool:
+        """Create our Lease: True when it went through (we hold it now), False when one exists already (409)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.version = self.kube.create_lease(self._body(now))["metadata"]["resourceVersion"]
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return False
+        self.renewed = time.monotonic()
+        return True
+
     def acquire(self) -> JSON | None:
         """None when we hold it now; else the holder's Lease."""
         from kubernetes.client.exceptions import ApiException
 
         now = utcnow()
         self.acquired_at = now
-        try:
-            self.version = self.kube.create_lease(self._body(now))["metadata"]["resourceVersion"]
-            self.renewed = time.monotonic()
+        if self._create(now):
             return None
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
         current = self.kube.get_lease(self.name)
         if current is None:  # released between our create and our read: try once more
-            try:
-                self.version = self.kube.create_lease(self._body(now))["metadata"]["resourceVersion"]
-                self.renewed = time.monotonic()
+            if self._create(now):
                 return None
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                return self.kube.get_lease(self.name) or {}
+            return self.kube.get_lease(self.name) or {}
         if not lease_expired(current, now):
             return current
         spec = current.get("spec") or {}
