@@ -517,3 +517,8 @@ def test_gke_is_a_backend_name_and_reads_the_journal_it_left() -> None:
     assert "stopped before it requested a snapshot" in backend.interpret_cold_start(State.SNAPSHOTTING, last).message
     assert backend.interpret_cold_start(State.FLUSHING, last).state == State.RUNNING
     assert backend.interpret_cold_start(State.READY, last).message == ""
+    failed = backend.interpret_cold_start(State.FAILED, last)
+    assert failed.state == State.FAILED
+    assert failed.message == "The previous server recorded a failure at 2026-01-01T00:00:00+00:00."
+    assert failed.next_step.startswith("Acknowledge to carry on; start kernels by hand")
+    assert failed.next_step.endswith("with %checkpoint restore.")

@@ -521,6 +521,7 @@ def test_the_cold_start_reading() -> None:
     assert backend.interpret_cold_start(State.FLUSHING, {"time": "T2"}).state == State.RUNNING
     failed = backend.interpret_cold_start(State.FAILED, {"time": "T3"})
     assert (failed.state, bool(failed.next_step)) == (State.FAILED, True)
+    assert failed.message == "The previous server recorded a failure at T3."
     assert backend.interpret_cold_start(State.READY, None) == ColdStartVerdict(State.RUNNING, "")
     assert load_backend_class("kubeflow-notebook") is KubeflowNotebookBackend
     assert load_backend_class("kubeflow-workspace") is KubeflowWorkspaceBackend

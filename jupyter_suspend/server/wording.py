@@ -263,8 +263,21 @@ def cold_start(caps: Capabilities, last_state: State, state: State, when: str) -
         next_step = "Acknowledge to carry on without the recorded sessions."
         if caps.resume_from_server:
             next_step = f"Resume retries {restore_step(caps)}; acknowledge to carry on without them."
-        return f"The previous server recorded a failure at {when}.", next_step
+        return previous_failure(when), next_step
     return "", ""
+
+
+def previous_failure(when: str) -> str:
+    return f"The previous server recorded a failure at {when}."
+
+
+def cold_start_failed(when: str) -> tuple[str, str]:
+    """(message, next step) for a new pod whose previous server recorded a failure, on a
+    platform whose server does not survive a suspend (the gke and Kubeflow backends)."""
+    return (
+        previous_failure(when),
+        "Acknowledge to carry on; start kernels by hand and restore application checkpoints with %checkpoint restore.",
+    )
 
 
 def nothing_to_resume(last_state: State, when: str) -> str:

@@ -53,6 +53,7 @@ from traitlets import Bool, Float, Unicode
 
 from ...common import sidecar_protocol as proto
 from ...common.times import rfc3339_epoch
+from .. import wording
 from ..journal import BOOT_ID, utc_iso
 from ..pod_return import (
     DEFAULT_CLOCK_JUMP_THRESHOLD,
@@ -801,12 +802,8 @@ class GKEBackend(SidecarBackend):
                 f"The server stopped during a flush at {when}; no snapshot was requested.",
             )
         if last_state == State.FAILED:
-            return ColdStartVerdict(
-                State.FAILED,
-                f"The previous server recorded a failure at {when}.",
-                next_step="Acknowledge to carry on; start kernels by hand and restore application checkpoints "
-                "with %checkpoint restore.",
-            )
+            message, next_step = wording.cold_start_failed(when)
+            return ColdStartVerdict(State.FAILED, message, next_step=next_step)
         return ColdStartVerdict(State.RUNNING, "")
 
     async def restore(self, ctx: RestoreContext) -> RestoreOutcome:

@@ -36,6 +36,7 @@ from typing import Any
 from traitlets import Float
 
 from ...common import sidecar_protocol as proto
+from .. import wording
 from ..journal import utc_iso
 from ..sidecar_client import SidecarClient, SidecarError, SidecarUnavailable
 from ..states import FlushFailed, RestoreKind, State
@@ -297,12 +298,8 @@ class KubeflowBackend(SidecarBackend):
                 State.RUNNING, f"The server stopped during a flush at {when}; the workload was not asked to stop."
             )
         if last_state == State.FAILED:
-            return ColdStartVerdict(
-                State.FAILED,
-                f"The previous server recorded a failure at {when}.",
-                next_step="Acknowledge to carry on; start kernels by hand and restore application checkpoints "
-                "with %checkpoint restore.",
-            )
+            message, next_step = wording.cold_start_failed(when)
+            return ColdStartVerdict(State.FAILED, message, next_step=next_step)
         return ColdStartVerdict(State.RUNNING, "")
 
     async def restore(self, ctx: RestoreContext) -> RestoreOutcome:
