@@ -24,3 +24,11 @@ def rfc3339_epoch(value: Any) -> float | None:
     """:func:`rfc3339` as epoch seconds."""
     parsed = rfc3339(value)
     return parsed.timestamp() if parsed is not None else None
+
+
+def epoch(value: Any) -> float | None:
+    """A datetime (what jupyter_server keeps: ``last_activity``) as epoch seconds; None for anything else.
+
+    ``datetime.timestamp`` as it is: an aware datetime is exact, a naive one is read as local time.
+    """
+    return value.timestamp() if isinstance(value, datetime) else None

@@ -27,9 +27,9 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from ..common.times import epoch
 from .journal import utc_iso
 
 #: IOPub messages that are a user's work: output, display, widgets.
@@ -47,10 +47,6 @@ GPU = "gpu"
 KEEP_RUNNING = "keep_running"
 ENVIRONMENT_STARTED = "environment_started"
 SIGNALS = (KERNEL_EXECUTION, KERNEL_OUTPUT, KERNEL_CONNECTION, TERMINALS, GPU, KEEP_RUNNING, ENVIRONMENT_STARTED)
-
-
-def _epoch(value: Any) -> float | None:
-    return value.timestamp() if isinstance(value, datetime) else None
 
 
 @dataclass
@@ -139,7 +135,7 @@ class KernelWatch:
         activity.untracked = frozenset(getattr(self.kernel_manager, "untracked_message_types", ()))
         # Work seen before we listened: jupyter_server's own reading of the kernel.
         try:  # (a kernel still starting has no last_activity yet: reading the trait raises)
-            seen_before = _epoch(km.last_activity)
+            seen_before = epoch(km.last_activity)
         except Exception:  # noqa: BLE001
             seen_before = None
         # A kernel that started is someone's doing: never older than its start (or our first sight of it).
@@ -324,7 +320,7 @@ class ActivityMonitor:
             return max(present) if present else None
 
         settings = self._settings()
-        terminal_last = _epoch(settings.get("terminal_last_activity"))
+        terminal_last = epoch(settings.get("terminal_last_activity"))
         signals = [
             Signal(
                 KERNEL_EXECUTION,

@@ -22,6 +22,7 @@ import psutil
 from jupyter_core.utils import ensure_async
 
 from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
+from ..common.times import epoch
 from .environment import KernelRecord, KernelReply, ReplyOutcome
 from .states import new_operation_id
 
@@ -86,12 +87,6 @@ def process_start(pid: int | None) -> float | None:
         return None
 
 
-def _epoch(value: Any) -> float | None:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return None
-
-
 class JupyterServerEnvironment:
     """Sessions, kernels and files of one Jupyter server (the :class:`Environment` of the server)."""
 
@@ -116,7 +111,7 @@ class JupyterServerEnvironment:
         web_app = getattr(self.serverapp, "web_app", None)
         if web_app is None:
             return None
-        return _epoch(web_app.last_activity())
+        return epoch(web_app.last_activity())
 
     # -- kernels and sessions -----------------------------------------------
     def kernel_pid(self, kernel_id: str) -> int | None:
@@ -149,7 +144,7 @@ class JupyterServerEnvironment:
                     kernel_id=kernel_id,
                     kernel_name=km.kernel_name,
                     execution_state=getattr(km, "execution_state", "unknown"),
-                    last_activity=_epoch(getattr(km, "last_activity", None)),
+                    last_activity=epoch(getattr(km, "last_activity", None)),
                     pid=(pid := self.kernel_pid(kernel_id)),
                     process_start=process_start(pid),
                     session_id=session.get("id"),
