@@ -30,7 +30,7 @@ from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive
 from .environment import Environment, KernelRecord
 from .flush import KernelFlush, flush, reload_application_checkpoints
 from .journal import Journal, JournalWriteError
-from .live_state import LiveStateRecords, VerifyError
+from .live_state import LiveStateRecords, VerifyError, live_lost
 from .replay import EntryKind, read_cold_start, replay, restore_report
 from .states import (
     TRANSITIONS,
@@ -413,6 +413,13 @@ class Lifecycle:
 
     def status(self) -> dict[str, Any]:
         return status_mod.status(self)
+
+    def live_lost(self) -> list[dict[str, Any]]:
+        """While ready after a live restore: the kernels it verified LIVE that were restarted or stopped
+        since (their memory is not the restored one), from what the server knows of their processes."""
+        if self.state != State.READY or self.restore != RestoreKind.LIVE or not self.last_restore:
+            return []
+        return live_lost(self.last_restore.get("verification"), self.live_state.process_now)
 
     def timeline(self) -> dict[str, Any]:
         return timeline_mod.build(self.journal.read().entries)

@@ -25,6 +25,7 @@ start-up by :func:`~jupyter_suspend.server.replay.replay`) and answers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -275,6 +276,47 @@ def record_live_state(
         )
 
 
+def live_lost(
+    verification: list[dict[str, Any]] | None, process_now: Callable[[str], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """The kernels a restore verified LIVE whose process is not the verified one any more: their memory
+    is not the restored one. Pure.
+
+    ``verification``: the restore's verdicts (``last_restore.verification``). ``process_now(kernel_id)``:
+    what the server sees of that kernel's process now, without asking the kernel (``pid``, and ``running``:
+    the process still exists; either None when unknown), or None when the server has no such kernel. A new
+    pid is a restart; no kernel, or the verified pid no longer running, is gone. What the server cannot read
+    is not judged. (The process start is not compared: a snapshot restore moves it, see :func:`compare`.)
+    """
+    lost = []
+    for result in verification or []:
+        kernel_id = result.get("kernel_id")
+        if result.get("verdict") != "LIVE" or not kernel_id:
+            continue
+        details = result.get("details") or {}
+        verified_pid = (details.get("observed") or {}).get("pid")
+        now = process_now(kernel_id)
+        pid = now.get("pid") if now else None
+        if now is None:
+            reason = "gone"
+        elif pid is not None and verified_pid is not None and pid != verified_pid:
+            reason = "restarted"
+        elif now.get("running") is False:
+            reason = "gone"
+        else:
+            continue
+        lost.append(
+            {
+                "kernel_id": kernel_id,
+                "path": (details.get("recorded") or {}).get("path"),
+                "reason": reason,
+                "verified_pid": verified_pid,
+                "pid": pid if reason == "restarted" else None,
+            }
+        )
+    return lost
+
+
 class LiveStateRecords:
     """The live-state record of every kernel, and the verdicts against them."""
 
@@ -285,6 +327,18 @@ class LiveStateRecords:
 
     def record(self, kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]) -> None:
         record_live_state(self.records, kernels, source, entry)
+
+    def process_now(self, kernel_id: str) -> dict[str, Any] | None:
+        """A kernel's process as the server knows it now, cheaply (``GET status`` reads it): the pid its
+        kernel manager holds and whether that process still runs; never a message to the kernel. None: the
+        server has no such kernel. ``pid`` None: this environment cannot say it without a round trip."""
+        if not self.environment.has_kernel(kernel_id):
+            return None
+        # The Jupyter server's environment reads the provisioner's pid, in memory; the Environment protocol
+        # has no synchronous reader of it.
+        kernel_pid = getattr(self.environment, "kernel_pid", None)
+        pid = kernel_pid(kernel_id) if callable(kernel_pid) else None
+        return {"pid": pid, "running": _running(pid) if isinstance(pid, int) else None}
 
     async def observe(self, kernel_id: str, names: list[str], timeout: float, state: str) -> dict[str, Any]:
         """Ask a kernel for its observation (or look at it from outside when it
@@ -362,3 +416,13 @@ class LiveStateRecords:
             result = compare(kernel_id, observed, record, None, [])
             results.append({k: result[k] for k in ("kernel_id", "verdict", "message", "details")})
         return results
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (one /proc read)."""
+    import psutil  # here: the command line imports this module for compare() alone
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import wording
 from .journal import BOOT_ID, utc_iso
 from .states import Action, Operation, State
 
@@ -22,11 +23,14 @@ def status(lifecycle: Lifecycle) -> dict[str, Any]:
     now = time.time()
     operation = lifecycle.operation
     state = lifecycle.state
+    # After a live restore: the kernels restarted or stopped since, whose memory is not the restored one.
+    live_lost = lifecycle.live_lost()
+    last_restore = {**lifecycle.last_restore, "live_lost": live_lost} if lifecycle.last_restore else None
     return {
         "state": state.value,
         "since": utc_iso(lifecycle.since),
         "seconds_in_state": round(now - lifecycle.since, 3),
-        "message": lifecycle.message,
+        "message": wording.live_lost(lifecycle.message, live_lost) if live_lost else lifecycle.message,
         "restore": lifecycle.restore.value if state == State.READY and lifecycle.restore else None,
         # Failed: why and what next. Otherwise a journal fault that stopped the last call.
         "failure": lifecycle.failure.to_dict() if lifecycle.failure else None,
@@ -39,7 +43,7 @@ def status(lifecycle: Lifecycle) -> dict[str, Any]:
         "can_checkpoint": bool(lifecycle.decide(Action.CHECKPOINT)),
         "can_acknowledge": bool(lifecycle.decide(Action.ACKNOWLEDGE)),
         "cold_start": lifecycle.cold_start,
-        "last_restore": lifecycle.last_restore,
+        "last_restore": last_restore,
         "server": {"boot_id": BOOT_ID},
         "journal": {"path": str(lifecycle.journal.path), "problems": lifecycle.journal_problems},
     }

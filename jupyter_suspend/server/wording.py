@@ -52,6 +52,19 @@ def returned_live(snapshot: str) -> str:
     return f"restored from snapshot {snapshot}; verifying"
 
 
+def live_lost(message: str, kernels: list[dict[str, Any]]) -> str:
+    """The status message after a live restore once kernels it verified LIVE are not that process any
+    more (:func:`~jupyter_suspend.server.live_state.live_lost`): ``message`` plus what each lost."""
+    parts = [message] if message else []
+    for kernel in kernels:
+        name = kernel.get("path") or kernel.get("kernel_id")
+        if kernel.get("reason") == "restarted":
+            parts.append(f"kernel {name} was restarted since the live restore: its memory is not the restored one")
+        else:
+            parts.append(f"kernel {name} has stopped since the live restore: its restored memory is lost")
+    return "; ".join(parts)
+
+
 # -- derived from the capabilities ------------------------------------------------------
 def release_step(caps: Capabilities) -> str:
     """What the release does, as a step label."""

@@ -1158,9 +1158,28 @@ export interface LastRestore {
   checkpoints_restored: RestoredCheckpointsByKernel;
   checkpoints_restored_count: number;
   /**
-   * Reserved: a verification made right after the restore (null today).
+   * The live-state verdicts checked right after a return from a snapshot, one per kernel with a canary (null after a resume).
    */
   verification: unknown;
+  /**
+   * Kernels this restore verified LIVE that were restarted or stopped since: their memory is not the restored one (the message says so too). Read at each status from the server's view of their processes; empty unless ready after a live restore. Always sent by this server; optional for answers recorded before it.
+   */
+  live_lost?: {
+    kernel_id: string;
+    path: string | null;
+    /**
+     * restarted: a new process under the same kernel id; gone: the kernel or its process has stopped.
+     */
+    reason: 'restarted' | 'gone';
+    /**
+     * The pid the verification found live.
+     */
+    verified_pid: number | null;
+    /**
+     * The kernel's pid now (null when gone).
+     */
+    pid: number | null;
+  }[];
 }
 /**
  * Every state transition of the suspend lifecycle, and the end of every operation (then state equals previous_state and outcome is set).
