@@ -290,7 +290,22 @@ export function describeStatus(
       break;
     case 'ready': {
       tone = 'ok';
-      if (status.restore === 'live') {
+      const lost = status.last_restore?.live_lost ?? [];
+      if (status.restore === 'live' && lost.length > 0) {
+        // The return was live, but a kernel restarted or stopped since: its
+        // memory is not the restored one, and the headline must not say so.
+        tone = 'warn';
+        headline = trans._n(
+          'Ready: the live session came back, but %1 kernel was restarted or stopped since (its restored memory is gone)',
+          'Ready: the live session came back, but %1 kernels were restarted or stopped since (their restored memory is gone)',
+          lost.length
+        );
+        label = trans._n(
+          'Ready (live, %1 kernel restarted since)',
+          'Ready (live, %1 kernels restarted since)',
+          lost.length
+        );
+      } else if (status.restore === 'live') {
         headline = trans.__('Ready: the live session came back');
         label = trans.__('Ready (live)');
       } else if (status.restore === 'cold') {

@@ -223,6 +223,32 @@ describe('describeStatus', () => {
     expect(shown.headline).toBe('Ready: the live session came back');
   });
 
+  it('ready (live) with a kernel restarted since does not claim the live state', () => {
+    const status = statusIn('ready', { restore: 'live', idle_seconds: null });
+    status.last_restore = {
+      ...(statusReadyCold().last_restore as NonNullable<
+        typeof status.last_restore
+      >),
+      live_lost: [
+        {
+          kernel_id: 'k1',
+          path: 'train.ipynb',
+          reason: 'restarted',
+          verified_pid: 100,
+          pid: 200
+        }
+      ]
+    };
+    const shown = describeStatus(status, opts(), trans);
+    expect(shown.tone).toBe('warn');
+    expect(shown.label).toBe('Ready (live, 1 kernel restarted since)');
+    expect(shown.headline).toContain('restored memory is gone');
+    status.last_restore!.live_lost = [];
+    expect(describeStatus(status, opts(), trans).headline).toBe(
+      'Ready: the live session came back'
+    );
+  });
+
   it('failed shows the reason and the next step', () => {
     const status = statusIn('failed');
     const shown = describeStatus(status, opts(), trans);
