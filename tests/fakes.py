@@ -35,7 +35,7 @@ from jupyter_suspend.server.backends.base import (
 )
 from jupyter_suspend.server.backends.gke import GKEBackend
 from jupyter_suspend.server.backends.local import LocalBackend
-from jupyter_suspend.server.environment import KernelRecord, KernelReply, ReplyOutcome
+from jupyter_suspend.server.environment import KernelProcess, KernelRecord, KernelReply, ReplyOutcome
 from jupyter_suspend.server.journal import Journal, JournalWriteError
 from jupyter_suspend.server.lifecycle import Lifecycle, LifecycleSettings
 from jupyter_suspend.server.states import RestoreKind, State
@@ -113,6 +113,10 @@ class FakeEnvironment:
 
     def has_kernel(self, kernel_id: str) -> bool:
         return kernel_id in self.running
+
+    def kernel_process(self, kernel_id: str) -> KernelProcess | None:
+        record = self.running.get(kernel_id)
+        return KernelProcess(pid=record.pid, running=True) if record else None
 
     async def stop_kernel(self, record: KernelRecord) -> None:
         self.running.pop(record.kernel_id, None)

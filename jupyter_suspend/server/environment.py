@@ -44,6 +44,16 @@ class KernelRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass(frozen=True)
+class KernelProcess:
+    """A running kernel's process as the server holds it in memory (no message to the kernel)."""
+
+    #: None: this environment cannot say without a round trip.
+    pid: int | None
+    #: The process still exists (and is not a zombie); None when unknown.
+    running: bool | None
+
+
 class ReplyOutcome(str, enum.Enum):
     """How a kernel answered one protocol request."""
 
@@ -118,6 +128,10 @@ class Environment(Protocol):
 
     def has_kernel(self, kernel_id: str) -> bool:
         """A kernel with this id runs now."""
+
+    def kernel_process(self, kernel_id: str) -> KernelProcess | None:
+        """The kernel's process as the server knows it now, cheaply and synchronously (``GET status`` polls
+        it every few seconds): never a message to the kernel. None: no kernel with this id runs."""
 
     async def stop_kernel(self, record: KernelRecord) -> None:
         """Shut a kernel down with its session row and the browsers' connections to it."""

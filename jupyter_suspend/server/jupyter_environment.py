@@ -23,7 +23,7 @@ from jupyter_core.utils import ensure_async
 
 from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
 from ..common.times import epoch
-from .environment import KernelRecord, KernelReply, ReplyOutcome
+from .environment import KernelProcess, KernelRecord, KernelReply, ReplyOutcome
 from .states import new_operation_id
 
 LOAD_HELPER_CODE = "get_ipython().run_line_magic('load_ext', 'jupyter_suspend')"
@@ -87,6 +87,14 @@ def process_start(pid: int | None) -> float | None:
         return None
 
 
+def process_running(pid: int) -> bool:
+    """The process exists and is not a zombie (one /proc read)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class JupyterServerEnvironment:
     """Sessions, kernels and files of one Jupyter server (the :class:`Environment` of the server)."""
 
@@ -128,6 +136,13 @@ class JupyterServerEnvironment:
 
     def has_kernel(self, kernel_id: str) -> bool:
         return kernel_id in self.kernel_manager
+
+    def kernel_process(self, kernel_id: str) -> KernelProcess | None:
+        """The pid the kernel's provisioner holds (in memory) and whether that process still runs."""
+        if not self.has_kernel(kernel_id):
+            return None
+        pid = self.kernel_pid(kernel_id)
+        return KernelProcess(pid=pid, running=process_running(pid) if pid is not None else None)
 
     async def kernels(self) -> list[KernelRecord]:
         """Every running kernel, with its session when it has one."""

@@ -332,13 +332,10 @@ class LiveStateRecords:
         """A kernel's process as the server knows it now, cheaply (``GET status`` reads it): the pid its
         kernel manager holds and whether that process still runs; never a message to the kernel. None: the
         server has no such kernel. ``pid`` None: this environment cannot say it without a round trip."""
-        if not self.environment.has_kernel(kernel_id):
+        process = self.environment.kernel_process(kernel_id)
+        if process is None:
             return None
-        # The Jupyter server's environment reads the provisioner's pid, in memory; the Environment protocol
-        # has no synchronous reader of it.
-        kernel_pid = getattr(self.environment, "kernel_pid", None)
-        pid = kernel_pid(kernel_id) if callable(kernel_pid) else None
-        return {"pid": pid, "running": _running(pid) if isinstance(pid, int) else None}
+        return {"pid": process.pid, "running": process.running}
 
     async def observe(self, kernel_id: str, names: list[str], timeout: float, state: str) -> dict[str, Any]:
         """Ask a kernel for its observation (or look at it from outside when it
@@ -416,13 +413,3 @@ class LiveStateRecords:
             result = compare(kernel_id, observed, record, None, [])
             results.append({k: result[k] for k in ("kernel_id", "verdict", "message", "details")})
         return results
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (one /proc read)."""
-    import psutil  # here: the command line imports this module for compare() alone
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
