@@ -1162,9 +1162,9 @@ export interface LastRestore {
    */
   verification: unknown;
   /**
-   * Kernels this restore verified LIVE that were restarted or stopped since: their memory is not the restored one (the message says so too). Read at each status from the server's view of their processes; empty unless ready after a live restore. Always sent by this server; optional for answers recorded before it.
+   * Kernels this restore verified LIVE that were restarted or stopped since: their memory is not the restored one (the message says so too). Read at each status from the server's view of their processes; empty unless ready after a live restore.
    */
-  live_lost?: {
+  live_lost: {
     kernel_id: string;
     path: string | null;
     /**
