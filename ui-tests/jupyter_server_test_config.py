@@ -56,3 +56,8 @@ c.IdlePolicy.workload_classes = {
     "ui-patient": {"idle_seconds": 86400.0},
     "ui-tiny": {"idle_seconds": 3.0, "warning_seconds": 600.0},
 }
+
+# Reproducing a flake: JUPYTER_SUSPEND_UI_DEBUG=1 logs jupyter_server's kernel
+# websocket steps (nudges, buffers) to jupyter-server.log.
+if os.environ.get("JUPYTER_SUSPEND_UI_DEBUG") == "1":
+    c.ServerApp.log_level = "DEBUG"

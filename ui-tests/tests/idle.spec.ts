@@ -4,7 +4,7 @@
  * class (3 s idle) that only this test's notebook names in its metadata
  * (jupyter_server_test_config.py).
  */
-import { expect, test } from '@jupyterlab/galata';
+import { expect, test } from './fixtures';
 
 import {
   API,

@@ -2,7 +2,7 @@
  * The suspend button, the preflight dialog, the status bar and a full
  * suspend/resume on the local backend, in a real jupyter lab and Chromium.
  */
-import { expect, galata, test } from '@jupyterlab/galata';
+import { expect, galata, test } from './fixtures';
 import * as fs from 'fs';
 
 import {

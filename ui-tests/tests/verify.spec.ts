@@ -6,7 +6,7 @@
  * JUPYTER_SUSPEND_KERNEL_SIDE=1 when `jupyter_suspend` can be loaded as an
  * IPython extension; without it these tests are skipped and say why.
  */
-import { expect, test } from '@jupyterlab/galata';
+import { expect, test } from './fixtures';
 
 import {
   API,
