@@ -41,23 +41,26 @@ function isHealthy(ctx: ISessionContext, model: Session.IModel): boolean {
 }
 
 /**
- * Wait until the context's kernel connection is open (or time out). Fails at
- * once when the connection is dropped meanwhile (a stale session or kernel
- * list disposed it): waiting on would only run out the clock, and the caller
- * can reattach instead.
+ * Wait until the context's kernel connection is open; false at `timeoutMs`.
+ * Fails at once when the connection is dropped meanwhile (a stale session or
+ * kernel list disposed it): waiting on would only run out the clock, and the
+ * caller can reattach instead.
  */
 async function waitConnected(
   ctx: ISessionContext,
   timeoutMs: number
-): Promise<void> {
+): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
+  for (;;) {
     if (ctx.isDisposed || dropped(ctx)) {
       throw new Error('the connection was dropped while reconnecting');
     }
     const kernel = ctx.session?.kernel;
     if (kernel && kernel.connectionStatus === 'connected') {
-      return;
+      return true;
+    }
+    if (Date.now() >= deadline) {
+      return false;
     }
     await new Promise<void>(resolve => {
       const done = (): void => {
@@ -73,7 +76,6 @@ async function waitConnected(
       ctx.sessionChanged.connect(done);
     });
   }
-  throw new Error('the kernel connection did not open in time');
 }
 
 /** What `settleKernelStatus` reads and calls on a kernel connection. */
@@ -85,6 +87,7 @@ export type StatusKernel = Pick<
   | 'statusChanged'
   | 'requestKernelInfo'
   | 'reconnect'
+  | 'id'
 >;
 
 /**
@@ -151,6 +154,9 @@ export async function settleKernelStatus(
       continue;
     }
     if (Date.now() >= reopenAt) {
+      trace(
+        `kernel ${kernel.id}: status unknown for ${reopenMs} ms, reopening`
+      );
       reopened = true;
       reopenAt = Date.now() + reopenMs;
       wait = graceMs;
@@ -163,6 +169,14 @@ export async function settleKernelStatus(
     wait = retryMs;
   }
   return known();
+}
+
+/**
+ * One line per reconnect step in the browser console (debug level): a
+ * reconnect that hangs under load says where.
+ */
+function trace(...parts: unknown[]): void {
+  console.debug('jupyter-suspend reconnect:', ...parts);
 }
 
 function sleep(ms: number): Promise<void> {
@@ -181,27 +195,103 @@ function statusOrTimeout(kernel: StatusKernel, ms: number): Promise<void> {
   });
 }
 
-/** Point one notebook's session context back at its restored session. */
+/** Deadlines of `reconnectContext`. */
+export interface IReconnectOptions {
+  /** The whole reconnect of one notebook or console ends by then (ms). */
+  timeoutMs?: number;
+  /**
+   * A connection not open, or open with its kernel's status still unknown,
+   * after this long is replaced by a fresh one (ms).
+   */
+  attemptMs?: number;
+}
+
+/**
+ * Point one notebook's session context back at its restored session.
+ *
+ * Each attempt adopts a fresh session connection (a new client id, so the
+ * server opens new channels rather than replaying a buffer kept for an old
+ * one) and waits until it is open and its kernel's status is known. One that
+ * is still connecting (JupyterLab's own reconnect backs off for up to a
+ * minute) or stays deaf after `attemptMs` is replaced, until `timeoutMs`:
+ * then this throws, and the notebook is left to the `AttachmentKeeper`.
+ */
 export async function reconnectContext(
   ctx: ISessionContext,
   sessions: Session.IManager,
-  timeoutMs = 60000
+  options: IReconnectOptions = {}
 ): Promise<ReconnectOutcome> {
+  const { timeoutMs = 60000, attemptMs = 20000 } = options;
+  const deadline = Date.now() + timeoutMs;
   if (ctx.isDisposed) {
     return 'no-session';
   }
-  const model = Array.from(sessions.running()).find(m => m.path === ctx.path);
-  if (!model || !model.kernel) {
+  let model = serverSession(ctx, sessions);
+  if (!model?.kernel) {
+    trace(`${ctx.path}: no server session`);
     return 'no-session';
   }
   if (isHealthy(ctx, model)) {
-    await settleStatus(ctx);
-    return 'connected';
+    trace(`${ctx.path}: connected to kernel ${model.kernel.id}, settling`);
+    if (await settleStatus(ctx, Math.min(attemptMs, timeoutMs))) {
+      return 'connected';
+    }
+    trace(`${ctx.path}: connected but deaf, adopting a fresh connection`);
+  } else {
+    const current = ctx.session;
+    if (current && !current.isDisposed && current.id !== model.id) {
+      trace(`${ctx.path}: on another session, left alone`);
+      return 'other-session';
+    }
   }
+  for (let attempt = 1; ; attempt++) {
+    const attemptEnd = Math.min(deadline, Date.now() + attemptMs);
+    await adoptSession(ctx, sessions, model, attempt);
+    // A connection dropped meanwhile throws: the keeper reattaches it.
+    if (await waitConnected(ctx, attemptEnd - Date.now())) {
+      trace(`${ctx.path}: connected, settling`);
+      if (await settleStatus(ctx, attemptEnd - Date.now())) {
+        trace(
+          `${ctx.path}: reconnected, status ${ctx.session?.kernel?.status}`
+        );
+        return 'reconnected';
+      }
+    }
+    if (Date.now() >= deadline) {
+      throw new Error(
+        `the kernel connection did not open with a known status within ${timeoutMs} ms (${attempt} attempts)`
+      );
+    }
+    model = serverSession(ctx, sessions);
+    if (!model?.kernel) {
+      trace(`${ctx.path}: the server session went away`);
+      return 'no-session';
+    }
+    trace(`${ctx.path}: attempt ${attempt} not settled in ${attemptMs} ms`);
+  }
+}
+
+function serverSession(
+  ctx: ISessionContext,
+  sessions: Session.IManager
+): Session.IModel | undefined {
+  return Array.from(sessions.running()).find(m => m.path === ctx.path);
+}
+
+/** Replace the context's client-side connection with a fresh one to `model`. */
+async function adoptSession(
+  ctx: ISessionContext,
+  sessions: Session.IManager,
+  model: Session.IModel,
+  attempt: number
+): Promise<void> {
   const current = ctx.session;
-  if (current && !current.isDisposed && current.id !== model.id) {
-    return 'other-session';
-  }
+  trace(
+    `${ctx.path}: attempt ${attempt}: adopting session ${model.id} (kernel ${model.kernel?.id}; was`,
+    current?.kernel?.connectionStatus ?? 'none',
+    current?.kernel?.status ?? 'none',
+    ')'
+  );
   // Drop the stale client-side connection; the server session stays.
   current?.dispose();
   const session = sessions.connectTo({ model });
@@ -218,20 +308,26 @@ export async function reconnectContext(
     adopt.call(ctx, session);
   } else {
     session.dispose();
-    await ctx.changeKernel({ id: model.kernel.id });
+    await ctx.changeKernel({ id: model.kernel!.id });
   }
-  await waitConnected(ctx, timeoutMs);
-  await settleStatus(ctx);
-  return 'reconnected';
 }
 
-async function settleStatus(ctx: ISessionContext): Promise<void> {
+/** Whether the context's kernel status became known within `timeoutMs`. */
+async function settleStatus(
+  ctx: ISessionContext,
+  timeoutMs: number
+): Promise<boolean> {
   const kernel = ctx.session?.kernel;
-  if (kernel && !(await settleKernelStatus(kernel))) {
-    console.warn(
-      `jupyter-suspend: the kernel of ${ctx.path} is connected but its status stayed unknown`
-    );
+  if (!kernel) {
+    return false;
   }
+  if (await settleKernelStatus(kernel, { timeoutMs: Math.max(0, timeoutMs) })) {
+    return true;
+  }
+  console.warn(
+    `jupyter-suspend: the kernel of ${ctx.path} is connected but its status stayed unknown for ${Math.round(timeoutMs / 1000)} s`
+  );
+  return false;
 }
 
 /**
@@ -243,6 +339,7 @@ export async function reconnectAll(
   contexts: ISessionContext[],
   services: ServiceManager.IManager
 ): Promise<Map<string, ReconnectOutcome>> {
+  trace(`refreshing sessions and kernels for ${contexts.length} open`);
   await refreshSessionsAndKernels(services);
   const outcomes = new Map<string, ReconnectOutcome>();
   await Promise.all(

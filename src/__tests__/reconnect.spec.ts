@@ -97,6 +97,11 @@ function model(path: string): Session.IModel {
   };
 }
 
+// The reconnect's step-by-step trace (console.debug) is for browsers' logs.
+beforeAll(() => {
+  jest.spyOn(console, 'debug').mockImplementation(() => undefined);
+});
+
 async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) {
     await new Promise(resolve => setTimeout(resolve, 0));
@@ -201,7 +206,7 @@ describe('reconnectContext', () => {
     const outcome = reconnectContext(
       ctx as unknown as ISessionContext,
       sessions as unknown as Session.IManager,
-      60000
+      { timeoutMs: 60000 }
     );
     await settle();
     expect(ctx.adopted).toHaveLength(1);
@@ -218,12 +223,89 @@ describe('reconnectContext', () => {
     const outcome = reconnectContext(
       ctx as unknown as ISessionContext,
       sessions as unknown as Session.IManager,
-      60000
+      { timeoutMs: 60000 }
     );
     await settle();
     ctx.session!.kernel.connectionStatus = 'connected';
     ctx.connectionStatusChanged.emit('connected');
     await expect(outcome).resolves.toBe('reconnected');
+  });
+
+  it('replaces a connection that never opens with a fresh one', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false; // the first one stays 'connecting'
+    const outcome = reconnectContext(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      { timeoutMs: 5000, attemptMs: 100 }
+    );
+    await settle();
+    expect(ctx.adopted).toHaveLength(1);
+    sessions.connects = true;
+    await expect(outcome).resolves.toBe('reconnected');
+    expect(ctx.adopted).toHaveLength(2);
+    expect(ctx.adopted[0].isDisposed).toBe(true);
+    expect(ctx.session).toBe(ctx.adopted[1]);
+  });
+
+  it('replaces an open connection that stays deaf with a fresh one', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    // Open, same session and kernel, but no status ever reaches it.
+    const deaf = Object.assign(kernel('kernel-1'), {
+      status: 'unknown',
+      statusChanged: new Signal<unknown, string>({}),
+      requestKernelInfo: () => new Promise<undefined>(() => undefined),
+      reconnect: () => Promise.resolve()
+    });
+    const old = sessionConnection('session-1', deaf);
+    ctx.session = old;
+    const outcome = await reconnectContext(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      { timeoutMs: 5000, attemptMs: 150 }
+    );
+    expect(outcome).toBe('reconnected');
+    expect(old.isDisposed).toBe(true);
+    expect(ctx.adopted).toHaveLength(1);
+    expect(ctx.session!.kernel.status).toBe('idle');
+  });
+
+  it('gives up at its deadline, having tried fresh connections', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false;
+    const started = Date.now();
+    await expect(
+      reconnectContext(
+        ctx as unknown as ISessionContext,
+        sessions as unknown as Session.IManager,
+        { timeoutMs: 400, attemptMs: 100 }
+      )
+    ).rejects.toThrow('did not open with a known status within 400 ms');
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(ctx.adopted.length).toBeGreaterThanOrEqual(3);
+    expect(ctx.adopted.slice(0, -1).every(s => s.isDisposed)).toBe(true);
+  });
+
+  it('stops when the server session goes away between attempts', async () => {
+    const ctx = new FakeContext();
+    const sessions = new FakeSessions();
+    sessions.models = [model(ctx.path)];
+    sessions.connects = false;
+    const outcome = reconnectContext(
+      ctx as unknown as ISessionContext,
+      sessions as unknown as Session.IManager,
+      { timeoutMs: 5000, attemptMs: 100 }
+    );
+    await settle();
+    sessions.models = [];
+    await expect(outcome).resolves.toBe('no-session');
+    expect(ctx.adopted).toHaveLength(1);
   });
 });
 
