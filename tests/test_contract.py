@@ -25,7 +25,8 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_suspend.common.api import API_PREFIX
 from jupyter_suspend.server import openapi
-from jupyter_suspend.server.handlers import handlers
+from jupyter_suspend.server.handlers import handlers, metrics_handlers
+from jupyter_suspend.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 from .conftest import SuspendClient
 
@@ -107,7 +108,7 @@ def test_openapi_document_is_valid() -> None:
     validate_openapi(document)  # OpenAPI 3.1, its schemas in the 2020-12 dialect
     assert document["openapi"] == "3.1.0"
     assert document["servers"] == [{"url": f"/user/someone/{API_PREFIX}"}]
-    ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
+    ids = [op["operationId"] for item in document["paths"].values() for m, op in item.items() if m != "servers"]
     assert len(ids) == len(set(ids)), ids
 
 
@@ -119,9 +120,27 @@ def test_every_route_is_in_the_document_and_nothing_else() -> None:
         methods = {m for m in openapi.HTTP_METHODS if getattr(handler, m) is not getattr(web.RequestHandler, m)}
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern[len(prefix) :])  # a named group is {param}
         served["/" + path.replace("\\.", ".")] = methods
+    # The Prometheus endpoint, outside the JSON API: described under a server of its own.
+    for pattern, handler in metrics_handlers():
+        methods = {m for m in openapi.HTTP_METHODS if getattr(handler, m) is not getattr(web.RequestHandler, m)}
+        served["/" + pattern.rsplit("/", 1)[1]] = methods | {"servers"}
     assert set(document["paths"]) == set(served)
     for path, methods in served.items():
         assert set(document["paths"][path]) == methods, path
+
+
+def test_the_metrics_endpoint_is_documented_as_prometheus_text() -> None:
+    document = openapi.document(handlers(), "/user/someone/")
+    item = document["paths"]["/metrics"]
+    assert item["servers"] == [{"url": "/user/someone/jupyter-suspend"}]  # GET {base_url}jupyter-suspend/metrics
+    ok = item["get"]["responses"]["200"]["content"]
+    assert list(ok) == [METRICS_CONTENT_TYPE]
+    assert METRICS_CONTENT_TYPE.startswith("text/plain; version=")
+    assert item["get"]["responses"]["403"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorAnswer"
+    }
+    with pytest.raises(openapi.ContractError, match="no JSON body"):
+        openapi.check_answer("GET", "metrics", 200, b"# HELP x\n")
 
 
 def test_a_handler_method_without_a_description_fails_the_build() -> None:
@@ -138,8 +157,10 @@ def test_every_answer_schema_is_used() -> None:
     used = {
         response["content"]["application/json"]["schema"].get("$ref", "").rsplit("/", 1)[-1]
         for item in document["paths"].values()
-        for operation in item.values()
+        for method, operation in item.items()
+        if method != "servers"
         for response in operation["responses"].values()
+        if "application/json" in response["content"]
     }
     assert {"Status", "Preflight", "OperationStarted", "Timeline", "Verification", "ErrorAnswer"} <= used
 

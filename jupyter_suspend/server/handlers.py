@@ -248,5 +248,6 @@ class MetricsHandler(SuspendAPIHandler):
 
 
 def metrics_handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
-    """Outside the JSON API (``handlers()`` and its OpenAPI document): the Prometheus exposition format."""
+    """Outside the JSON API (``handlers()``): the Prometheus exposition format (``openapi.METRICS_OPERATION``
+    describes it in the OpenAPI document)."""
     return [(rf"/{METRICS_PATH}", MetricsHandler)]

@@ -5,6 +5,9 @@ handlers list (``handlers.handlers()``), the request and answer bodies from
 ``jupyter_suspend/common/schemas/*.json``; this module only says which schema
 answers which method with which status. Building the document fails if a
 handler has a method this table does not describe, or the other way round.
+The Prometheus scrape endpoint (``handlers.metrics_handlers()``), outside the
+JSON API, is described too: ``/metrics`` with a server of its own, its path
+and content type from :mod:`~jupyter_suspend.server.metrics`.
 
 The schemas are bundled into ``components.schemas`` (each file and each of its
 ``$defs`` becomes one component, its references rewritten to
@@ -27,6 +30,8 @@ from jsonschema.exceptions import ValidationError
 
 from .. import __version__
 from ..common.api import API_PREFIX
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import METRICS_PATH
 
 SCHEMA_PACKAGE = "jupyter_suspend.common.schemas"
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
@@ -185,6 +190,14 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
+#: ``GET {base_url}jupyter-suspend/metrics``: outside the JSON API (not in ``handlers()``), Prometheus text.
+METRICS_OPERATION: dict[str, Any] = {
+    "summary": "Lifecycle counters and histograms for Prometheus (rebuilt from the journal at start-up); "
+    "a scrape is never user activity.",
+    "media_type": METRICS_CONTENT_TYPE,
+    "answers": {"200": ("The metrics, in the Prometheus text exposition format.", None), "403": _FORBIDDEN},
+}
+
 
 class ContractError(AssertionError):
     """An answer does not match the schema of its endpoint, method and status."""
@@ -272,6 +285,31 @@ def routes(handler_list: Iterable[tuple[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
+def _operation(endpoint: str, method: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One operation of the document from its line in :data:`OPERATIONS` (or :data:`METRICS_OPERATION`)."""
+    operation: dict[str, Any] = {
+        "operationId": method + "_" + re.sub(r"\W+", "_", endpoint.removesuffix(".json")).strip("_"),
+        "summary": spec["summary"],
+        "responses": {},
+    }
+    if "parameters" in spec:
+        operation["parameters"] = spec["parameters"]
+    if "request" in spec:
+        operation["requestBody"] = {
+            "required": False,
+            "description": "An empty body means {}.",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{spec['request']}"}}},
+        }
+    for status, (description, component) in spec["answers"].items():
+        if status.startswith("2") and "media_type" in spec:  # not JSON: the body is text
+            content = {spec["media_type"]: {"schema": {"type": "string"}}}
+        else:
+            schema = {"$ref": f"#/components/schemas/{component}"} if component else {"type": "object"}
+            content = {"application/json": {"schema": schema}}
+        operation["responses"][status] = {"description": description, "content": content}
+    return operation
+
+
 def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.1 document of the routes in ``handler_list``, served under ``base_url``."""
     paths: dict[str, Any] = {}
@@ -283,30 +321,14 @@ def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> di
         described = OPERATIONS.get(endpoint, {})
         if sorted(described) != sorted(methods):
             raise ValueError(f"{endpoint}: handler methods {methods}, described {sorted(described)}")
-        item: dict[str, Any] = {}
-        for method in methods:
-            spec = described[method]
-            operation: dict[str, Any] = {
-                "operationId": method + "_" + re.sub(r"\W+", "_", endpoint.removesuffix(".json")).strip("_"),
-                "summary": spec["summary"],
-                "responses": {},
-            }
-            if "parameters" in spec:
-                operation["parameters"] = spec["parameters"]
-            if "request" in spec:
-                operation["requestBody"] = {
-                    "required": False,
-                    "description": "An empty body means {}.",
-                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{spec['request']}"}}},
-                }
-            for status, (description, component) in spec["answers"].items():
-                schema = {"$ref": f"#/components/schemas/{component}"} if component else {"type": "object"}
-                operation["responses"][status] = {
-                    "description": description,
-                    "content": {"application/json": {"schema": schema}},
-                }
-            item[method] = operation
-        paths[f"/{endpoint}"] = item
+        paths[f"/{endpoint}"] = {method: _operation(endpoint, method, described[method]) for method in methods}
+    metrics_prefix, _, metrics_endpoint = METRICS_PATH.rpartition("/")
+    if f"/{metrics_endpoint}" in paths:
+        raise ValueError(f"an API endpoint is named like the metrics endpoint: /{metrics_endpoint}")
+    paths[f"/{metrics_endpoint}"] = {
+        "servers": [{"url": base_url.rstrip("/") + "/" + metrics_prefix}],
+        "get": _operation(metrics_endpoint, "get", METRICS_OPERATION),
+    }
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
@@ -359,6 +381,8 @@ def answer_validator(endpoint: str, method: str, status: int) -> Draft202012Vali
     response = operation["responses"].get(str(status))
     if response is None:
         raise ContractError(f"{method} {endpoint} answered {status}, which the OpenAPI document does not list")
+    if "application/json" not in response.get("content", {}):
+        raise ContractError(f"{method} {endpoint} answers {status} with no JSON body to check")
     schema = response["content"]["application/json"]["schema"]
     return Draft202012Validator({**schema, "components": doc["components"]})
 
@@ -372,12 +396,13 @@ def _deepest(error: ValidationError) -> ValidationError:
 
 def check_answer(method: str, endpoint: str, status: int, body: bytes | str | Any) -> None:
     """Raise :class:`ContractError` unless ``body`` is what ``method endpoint`` may answer with ``status``."""
+    validator = answer_validator(endpoint, method, status)
     if isinstance(body, bytes | str):
         try:
             body = json.loads(body)
         except ValueError as exc:
             raise ContractError(f"{method} {endpoint} answered {status} with a body that is not JSON") from exc
-    errors = sorted(answer_validator(endpoint, method, status).iter_errors(body), key=lambda e: list(e.path))
+    errors = sorted(validator.iter_errors(body), key=lambda e: list(e.path))
     if errors:
         errors = [_deepest(e) for e in errors]
         lines = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:5]]
