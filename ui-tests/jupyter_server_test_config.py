@@ -51,6 +51,11 @@ print(f"jupyter-suspend UI tests: state {state_dir}, kernelspec {spec_dir}", flu
 c.IdlePolicy.enabled = True
 c.IdlePolicy.tick_seconds = 0.5
 c.IdlePolicy.default_cycle_seconds = 0.1
+# The suite's own suspend/resume cycles come back within a second: the
+# break-even guard would learn that nobody stays away and refuse every
+# automatic suspend for the tests that run after them (the guard is tested in
+# tests/test_idle_policy.py).
+c.IdlePolicy.break_even_factor = 0.0
 c.IdlePolicy.default_workload_class = "ui-patient"
 c.IdlePolicy.workload_classes = {
     "ui-patient": {"idle_seconds": 86400.0},
