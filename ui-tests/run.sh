@@ -40,6 +40,10 @@ if [ -z "${JUPYTER_SUSPEND_UI_PORT:-}" ]; then
   export JUPYTER_SUSPEND_UI_PORT
 fi
 
+# jupyter_server's kernel websocket steps go to jupyter-server.log; a failed test
+# prints those of its own kernels (tests/fixtures.ts). 0 turns them off.
+export JUPYTER_SUSPEND_UI_DEBUG="${JUPYTER_SUSPEND_UI_DEBUG:-1}"
+
 # No browser download: Playwright drives the system Chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 jlpm install
