@@ -323,3 +323,120 @@ def test_open_file_objects_are_refused_with_the_message(tmp_path: Path, wrap: An
         store.save([SaveItem("log", obj=wrap(fh))])
     assert "open file" in str(failure.value)
     assert store.generations() == []
+
+
+# -- chunked, concurrently verified reads -------------------------------------------
+# Small chunks (the manifest records the chunk size, reads follow it) so that a
+# few KiB give many chunks in flight in the hash threads at once.
+
+SMALL_CHUNK = 4096
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
+    from jupyter_suspend.kernel import store as store_module
+    from jupyter_suspend.kernel import tensors
+
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", SMALL_CHUNK)
+    monkeypatch.setattr(tensors, "CHUNK_BYTES", SMALL_CHUNK)  # observe() hashes with the same chunks
+    return SMALL_CHUNK
+
+
+@pytest.fixture
+def slow_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunk digests finish late and out of order: the reads run ahead of the
+    verification, and a later chunk's digest is often ready before an earlier one's."""
+    from jupyter_suspend.kernel import tensors
+
+    digest = tensors._digest
+    delays = iter([0.004, 0.0, 0.002, 0.0, 0.001] * 1000)
+
+    def late(view: memoryview) -> str:
+        time.sleep(next(delays))
+        return digest(view)
+
+    monkeypatch.setattr(tensors, "_digest", late)
+
+
+def _chunk_of(gen: Any, name: str, key: str, index: int) -> tuple[Path, int, int]:
+    """(data file, first byte of chunk ``index`` of tensor ``key``, its length)."""
+    tensor = next(t for t in gen.objects[name]["data"]["tensors"] if t["key"] == key)
+    start = index * SMALL_CHUNK if index >= 0 else (len(tensor["sha256_chunks"]) + index) * SMALL_CHUNK
+    length = min(SMALL_CHUNK, tensor["nbytes"] - start)
+    return gen.path / gen.objects[name]["data"]["file"], tensor["offset"] + start, length
+
+
+@pytest.mark.parametrize("chunk", [0, 7, -1], ids=["first", "middle", "last-short"])
+@pytest.mark.usefixtures("slow_hashes")
+def test_a_corrupt_chunk_is_refused_while_chunks_verify_concurrently(
+    tmp_path: Path, small_chunks: int, chunk: int
+) -> None:
+    store = CheckpointStore(tmp_path)
+    values = np.arange(10_000, dtype=np.float64)  # 80 000 bytes: 19 full chunks and a short one
+    gen = store.save([SaveItem("series", {"a": values, "b": values[:100] + 1})])
+    digests = next(t for t in gen.objects["series"]["data"]["tensors"] if t["key"] == "a")["sha256_chunks"]
+    assert len(digests) == 20
+    data_file, offset, length = _chunk_of(gen, "series", "a", chunk)
+    assert length == (80_000 - 19 * small_chunks if chunk == -1 else small_chunks)
+    flip_byte(data_file, offset + length - 1)
+
+    result = store.load(["series"])
+    assert result.objects == {}
+    assert result.failed["series"] == (
+        f"checkpoint 'series' (generation {gen.id}) is corrupt: tensor 'a' fails its SHA-256 check; not loaded"
+    )
+    assert store.check(gen, "series") is not None
+    flip_byte(data_file, offset + length - 1)  # repaired: loads again
+    np.testing.assert_array_equal(store.load(["series"]).objects["series"]["a"], values)
+
+
+@pytest.mark.usefixtures("slow_hashes")
+def test_a_file_truncated_inside_a_chunk_is_refused_while_chunks_verify_concurrently(
+    tmp_path: Path, small_chunks: int
+) -> None:
+    store = CheckpointStore(tmp_path)
+    gen = store.save([SaveItem("x", np.ones(10_000))])
+    data_file = gen.path / "x.safetensors"
+    os.truncate(data_file, data_file.stat().st_size - small_chunks - 10)
+    result = store.load(["x"])
+    assert result.objects == {}
+    assert "is truncated; not loaded" in result.failed["x"]
+
+
+@pytest.mark.usefixtures("slow_hashes")
+def test_chunk_edges_round_trip(tmp_path: Path, small_chunks: int) -> None:
+    """Exact multiples of the chunk, a last short chunk, one byte, empty arrays,
+    several tensors in one file: each keeps its own digests, in order."""
+    rng = np.random.default_rng(3)
+    data: dict[str, Any] = {
+        "exact": rng.integers(0, 255, 3 * small_chunks, dtype=np.uint8),
+        "short_tail": rng.standard_normal(small_chunks // 8 * 2 + 3),
+        "one_byte": np.array([7], dtype=np.uint8),
+        "empty": np.zeros(0, dtype=np.float32),
+        "empty_2d": np.zeros((0, 5), dtype=np.int64),
+        "after_empty": rng.standard_normal((40, 30)).astype(np.float32),
+    }
+    store = CheckpointStore(tmp_path)
+    gen = store.save([SaveItem("data", data)])
+    tensors = {t["key"]: t for t in gen.objects["data"]["data"]["tensors"]}
+    empty_digest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    for key, value in data.items():
+        expected_chunks = max(1, -(-value.nbytes // small_chunks))
+        assert len(tensors[key]["sha256_chunks"]) == expected_chunks, key
+    assert tensors["empty"]["sha256_chunks"] == [empty_digest]
+    assert tensors["empty_2d"]["sha256_chunks"] == [empty_digest]
+
+    result = store.load(["data"])
+    assert result.failed == {}
+    loaded = result.objects["data"]
+    for key, value in data.items():
+        assert loaded[key].dtype == value.dtype, key
+        assert loaded[key].shape == value.shape, key
+        np.testing.assert_array_equal(loaded[key], value)
+    assert observe(loaded)["content_hash"] == gen.objects["data"]["content_hash"]
+
+    # The tensor after the empty ones is still checked at its own offset.
+    data_file, offset, _ = _chunk_of(gen, "data", "after_empty", -1)
+    flip_byte(data_file, offset)
+    failed = store.load(["data"]).failed["data"]
+    assert "tensor 'after_empty' fails its SHA-256 check; not loaded" in failed
