@@ -11,6 +11,9 @@ readyReplicas, availableReplicas, observedGeneration) follows.
 With `scheduling_events=True` a pod left waiting gets the scheduler's `FailedScheduling` Event, and with
 `scale_up="triggered"` / `"not_triggered"` the cluster autoscaler's `TriggeredScaleUp` / `NotTriggerScaleUp` too
 (once per pod, as the newest event explaining it).
+
+With `replace_after=s` a pod that turned Succeeded or Failed stays there (Completed) for `s` seconds before the
+controller deletes and recreates it (default 0: at once), so a test can look at the stopped pod.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ class StatefulSetController:
         start_seconds: float = 0.05,
         scheduling_events: bool = False,
         scale_up: str | None = None,
+        replace_after: float = 0.0,
     ) -> None:
         self.kube = kube
         self.capacity = capacity
         self.start_seconds = start_seconds
         self.scheduling_events = scheduling_events
         self.scale_up = scale_up  # None, "triggered" or "not_triggered"
+        self.replace_after = replace_after  # seconds a finished pod stays before it is recreated
         self._explained: set[str] = set()  # uids of pods that got their scheduling events
         self._ip = 10
 
@@ -64,7 +69,10 @@ class StatefulSetController:
                     self._reconcile(meta["namespace"], owner)
                     self._schedule()
                 elif phase in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):
-                    kube.delete("v1", "pods", meta["namespace"], meta["name"])  # recreated, as a real controller does
+                    if self.replace_after > 0:
+                        kube.call_soon(self._replacer(meta["namespace"], meta["name"], meta["uid"]), self.replace_after)
+                    else:
+                        kube.delete("v1", "pods", meta["namespace"], meta["name"])  # recreated, as a controller does
                 else:
                     self._update_status(meta["namespace"], owner)
 
@@ -210,6 +218,14 @@ class StatefulSetController:
                     "count": 1,
                 }
             )
+
+    def _replacer(self, namespace: str, name: str, uid: str) -> Callable[[], None]:
+        def replace() -> None:
+            pod = self.kube.get("v1", "pods", namespace, name)
+            if pod is not None and pod["metadata"]["uid"] == uid and not pod["metadata"].get("deletionTimestamp"):
+                self.kube.delete("v1", "pods", namespace, name)
+
+        return replace
 
     def _runner(self, namespace: str, name: str) -> Callable[[], None]:
         return lambda: self._run(namespace, name)
