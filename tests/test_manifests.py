@@ -66,6 +66,9 @@ KUSTOMIZATIONS = {"base": DEPLOY / "base", "cpu": DEPLOY / "overlays" / "cpu", "
 # The sidecar's RBAC for Kubeflow (the pod comes from the Notebook / WorkspaceKind): tests/test_kubeflow_backends.py
 # checks that each Role equals the calls the sidecar makes.
 KUSTOMIZATIONS |= {f"kubeflow-{k}": DEPLOY / "overlays" / f"kubeflow-{k}" for k in ("notebook", "workspace")}
+# The releaser (`jupyter suspend release --watch`): tests/test_cli_release.py checks its Role against its calls.
+KUSTOMIZATIONS["releaser"] = DEPLOY / "releaser"
+RELEASER = "jupyter-suspend-releaser"
 
 # ---------------------------------------------------------------------------
 # A small kustomize: just what deploy/ uses, the rest refused.
@@ -807,4 +810,64 @@ def test_a_real_server_loads_the_configmap_and_runs_a_kernel_over_ipc(
         "selector": "PollSelector",
         "transport": "ipc",
         "status": "ok",
+    }
+
+
+# ---------------------------------------------------------------------------
+# The releaser (deploy/releaser)
+# ---------------------------------------------------------------------------
+
+
+def test_the_releaser_renders_its_objects_in_the_notebooks_namespace(rendered: dict[str, list[Doc]]) -> None:
+    docs = rendered["releaser"]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
+        [("Deployment", RELEASER), ("Role", RELEASER), ("RoleBinding", RELEASER), ("ServiceAccount", RELEASER)]
+    )
+    assert {d["metadata"]["namespace"] for d in docs} == {only(rendered["base"], "Namespace")["metadata"]["name"]}
+    binding = only(docs, "RoleBinding", RELEASER)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASER, "namespace": NAMESPACE}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RELEASER}
+
+
+def test_the_releaser_watches_the_label_the_base_statefulset_carries(rendered: dict[str, list[Doc]]) -> None:
+    from jupyter_suspend.cli.release import DEFAULT_SELECTOR
+
+    deployment = only(rendered["releaser"], "Deployment", RELEASER)
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 1
+    assert spec["serviceAccountName"] == RELEASER
+    (container,) = spec["containers"]
+    assert container["command"] == ["jupyter", "suspend", "release", "--watch"]
+    assert "--namespace=$(POD_NAMESPACE)" in container["args"]
+    assert env(container)["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert not any(a.startswith(("--selector", "-l")) for a in container["args"])  # the default selector
+    key, _, value = DEFAULT_SELECTOR.partition("=")
+    assert only(rendered["base"], "StatefulSet", "notebook")["metadata"]["labels"][key] == value
+    # The sidecar's image (deploy/base), the same tag.
+    assert container["image"] == sidecar(rendered["base"])["image"]
+    context = container["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    for section in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][section])
+
+
+def test_the_releaser_role_writes_only_the_scale_and_its_annotation(rendered: dict[str, list[Doc]]) -> None:
+    rules = only(rendered["releaser"], "Role", RELEASER)["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert not any("*" in triple for triple in granted)
+    writes = {t for t in granted if t[2] not in ("get", "list", "watch")}
+    assert writes == {("apps", "statefulsets/scale", "patch"), ("apps", "statefulsets", "patch")}
+    # PodSnapshots are GKE's; the releaser only reads them, and never deletes a pod itself.
+    assert {t for t in granted if t[1] in ("podsnapshots", "pods")} == {
+        (SNAPSHOT_GROUP, "podsnapshots", "list"),
+        ("", "pods", "list"),
     }

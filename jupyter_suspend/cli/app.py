@@ -8,6 +8,10 @@ SUBCOMMANDS = {
     "status": ("jupyter_suspend.cli.resume.StatusApp", "The state of one suspended or running environment."),
     "resume": ("jupyter_suspend.cli.resume.ResumeApp", "Resume an environment from outside and follow it."),
     "snapshots": ("jupyter_suspend.cli.snapshots.SnapshotsApp", "List, delete and prune pod snapshots."),
+    "release": (
+        "jupyter_suspend.cli.release.ReleaseApp",
+        "Scale a StatefulSet to 0 once its suspend's snapshot is Ready (once, or --watch a namespace).",
+    ),
     "release-check": (
         "jupyter_suspend.cli.release_check.ReleaseCheckApp",
         "Check that a platform change keeps live state (prepare, then verify).",
