@@ -5,6 +5,7 @@ import { Signal } from '@lumino/signaling';
 import {
   AttachmentKeeper,
   IReconnectModel,
+  IReconnectOptions,
   ISessionWidgets,
   reconnectContext,
   ResumeReconnector,
@@ -197,17 +198,25 @@ describe('AttachmentKeeper', () => {
 });
 
 describe('reconnectContext', () => {
-  it('fails at once when the new connection is dropped while opening', async () => {
+  /** A notebook whose server session exists; `connects`: whether connections open. */
+  function notebook(connects: boolean) {
     const ctx = new FakeContext();
     const sessions = new FakeSessions();
     sessions.models = [model(ctx.path)];
-    sessions.connects = false;
+    sessions.connects = connects;
+    const reconnect = (options: IReconnectOptions) =>
+      reconnectContext(
+        ctx as unknown as ISessionContext,
+        sessions as unknown as Session.IManager,
+        options
+      );
+    return { ctx, sessions, reconnect };
+  }
+
+  it('fails at once when the new connection is dropped while opening', async () => {
+    const { ctx, reconnect } = notebook(false);
     const started = Date.now();
-    const outcome = reconnectContext(
-      ctx as unknown as ISessionContext,
-      sessions as unknown as Session.IManager,
-      { timeoutMs: 60000 }
-    );
+    const outcome = reconnect({ timeoutMs: 60000 });
     await settle();
     expect(ctx.adopted).toHaveLength(1);
     ctx.drop();
@@ -216,15 +225,8 @@ describe('reconnectContext', () => {
   });
 
   it('resolves once the adopted connection opens', async () => {
-    const ctx = new FakeContext();
-    const sessions = new FakeSessions();
-    sessions.models = [model(ctx.path)];
-    sessions.connects = false;
-    const outcome = reconnectContext(
-      ctx as unknown as ISessionContext,
-      sessions as unknown as Session.IManager,
-      { timeoutMs: 60000 }
-    );
+    const { ctx, reconnect } = notebook(false);
+    const outcome = reconnect({ timeoutMs: 60000 });
     await settle();
     ctx.session!.kernel.connectionStatus = 'connected';
     ctx.connectionStatusChanged.emit('connected');
@@ -232,15 +234,8 @@ describe('reconnectContext', () => {
   });
 
   it('replaces a connection that never opens with a fresh one', async () => {
-    const ctx = new FakeContext();
-    const sessions = new FakeSessions();
-    sessions.models = [model(ctx.path)];
-    sessions.connects = false; // the first one stays 'connecting'
-    const outcome = reconnectContext(
-      ctx as unknown as ISessionContext,
-      sessions as unknown as Session.IManager,
-      { timeoutMs: 5000, attemptMs: 100 }
-    );
+    const { ctx, sessions, reconnect } = notebook(false);
+    const outcome = reconnect({ timeoutMs: 5000, attemptMs: 100 });
     await settle();
     expect(ctx.adopted).toHaveLength(1);
     sessions.connects = true;
@@ -251,9 +246,7 @@ describe('reconnectContext', () => {
   });
 
   it('replaces an open connection that stays deaf with a fresh one', async () => {
-    const ctx = new FakeContext();
-    const sessions = new FakeSessions();
-    sessions.models = [model(ctx.path)];
+    const { ctx, reconnect } = notebook(true);
     // Open, same session and kernel, but no status ever reaches it.
     const deaf = Object.assign(kernel('kernel-1'), {
       status: 'unknown',
@@ -263,11 +256,7 @@ describe('reconnectContext', () => {
     });
     const old = sessionConnection('session-1', deaf);
     ctx.session = old;
-    const outcome = await reconnectContext(
-      ctx as unknown as ISessionContext,
-      sessions as unknown as Session.IManager,
-      { timeoutMs: 5000, attemptMs: 150 }
-    );
+    const outcome = await reconnect({ timeoutMs: 5000, attemptMs: 150 });
     expect(outcome).toBe('reconnected');
     expect(old.isDisposed).toBe(true);
     expect(ctx.adopted).toHaveLength(1);
@@ -275,33 +264,19 @@ describe('reconnectContext', () => {
   });
 
   it('gives up at its deadline, having tried fresh connections', async () => {
-    const ctx = new FakeContext();
-    const sessions = new FakeSessions();
-    sessions.models = [model(ctx.path)];
-    sessions.connects = false;
+    const { ctx, reconnect } = notebook(false);
     const started = Date.now();
-    await expect(
-      reconnectContext(
-        ctx as unknown as ISessionContext,
-        sessions as unknown as Session.IManager,
-        { timeoutMs: 400, attemptMs: 100 }
-      )
-    ).rejects.toThrow('did not open with a known status within 400 ms');
+    await expect(reconnect({ timeoutMs: 400, attemptMs: 100 })).rejects.toThrow(
+      'did not open with a known status within 400 ms'
+    );
     expect(Date.now() - started).toBeLessThan(2000);
     expect(ctx.adopted.length).toBeGreaterThanOrEqual(3);
     expect(ctx.adopted.slice(0, -1).every(s => s.isDisposed)).toBe(true);
   });
 
   it('stops when the server session goes away between attempts', async () => {
-    const ctx = new FakeContext();
-    const sessions = new FakeSessions();
-    sessions.models = [model(ctx.path)];
-    sessions.connects = false;
-    const outcome = reconnectContext(
-      ctx as unknown as ISessionContext,
-      sessions as unknown as Session.IManager,
-      { timeoutMs: 5000, attemptMs: 100 }
-    );
+    const { ctx, sessions, reconnect } = notebook(false);
+    const outcome = reconnect({ timeoutMs: 5000, attemptMs: 100 });
     await settle();
     sessions.models = [];
     await expect(outcome).resolves.toBe('no-session');
