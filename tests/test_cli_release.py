@@ -503,6 +503,19 @@ def test_the_schema_has_its_id_under_the_api_base_and_rejects_a_bad_answer() -> 
         validate_output({k: v for k, v in good.items() if k != "snapshot"}, "release")
 
 
+class Lines:
+    """A Watcher's output, kept."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.lines.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
 # --- (8) least privilege ----------------------------------------------------------------------------------------
 
 
@@ -563,15 +576,6 @@ def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI,
     kube_api.create(suspend_again)
     ready_snapshot(kube_api, "nb2")
     wait_until(lambda: pod_phase(kube_api, "nb2-0") == "Succeeded")
-    out: list[str] = []
-
-    class Lines:
-        def write(self, text: str) -> None:
-            out.append(text)
-
-        def flush(self) -> None:
-            pass
-
     watcher = Watcher(connect_release_kube(kube_client(kubeconfig), "default"), DEFAULT_SELECTOR, 0.1, out=Lines())
     watcher.round()
     assert watcher.released == [("nb2", ready_snapshot(kube_api, "nb2"))]
@@ -592,3 +596,35 @@ def test_an_api_error_is_said_on_stderr_and_exits_1(kube_api: KubeAPI, kubeconfi
     assert done.stdout == ""
     assert "500" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_watch_never_takes_a_resume_for_a_replacement_when_recording_the_release_failed(
+    kube_api: KubeAPI, kubeconfig: str
+) -> None:
+    snap = completed_with_ready_snapshot(kube_api)
+    refuse = {"on": True}
+
+    def admission(verb: str, obj: dict[str, Any], user: str) -> str | None:
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        if refuse["on"] and obj.get("kind") == "StatefulSet" and RELEASED_ANNOTATION in annotations:
+            return "simulated: the record is refused"
+        return None
+
+    kube_api.add_admission(admission)
+    watcher = Watcher(connect_release_kube(kube_client(kubeconfig), "default"), DEFAULT_SELECTOR, 0.1, out=Lines())
+    watcher.round()
+    assert watcher.released == [("nb", snap)]
+    assert watcher.unrecorded == {"nb": snap}
+    assert replicas(kube_api, "nb") == 0
+    assert RELEASED_ANNOTATION not in (get(kube_api, "statefulsets", "nb")["metadata"].get("annotations") or {})
+
+    kube_api.patch("apps/v1", "statefulsets", "default", "nb", {"spec": {"replicas": 1}})  # a resume, at once
+    wait_until(lambda: pod_phase(kube_api, "nb-0") == "Running")
+    watcher.round()  # the record still fails: the resumed pod is left alone all the same
+    assert replicas(kube_api, "nb") == 1
+    refuse["on"] = False
+    watcher.round()
+    assert watcher.unrecorded == {}
+    assert get(kube_api, "statefulsets", "nb")["metadata"]["annotations"][RELEASED_ANNOTATION] == snap
+    assert replicas(kube_api, "nb") == 1
+    assert scale_patches(kube_api) == ["nb"]

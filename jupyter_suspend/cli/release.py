@@ -89,6 +89,8 @@ class Decision:
     release: bool = False
     pod: str | None = None
     snapshot: str | None = None
+    #: After a release: whether the snapshot could be recorded on the StatefulSet (:data:`RELEASED_ANNOTATION`).
+    marked: bool = True
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -285,24 +287,35 @@ def release_one(
             sts, pods, snapshots = fresh, None, None
             continue
         assert decision.snapshot is not None
-        _mark(kube, name, decision.snapshot)
+        problem = _mark(kube, name, decision.snapshot)
+        if problem is not None:
+            decision = dataclasses.replace(
+                decision,
+                marked=False,
+                message=f"{decision.message}; recording {RELEASED_ANNOTATION} on it failed ({problem}): "
+                "a resume soon after could be taken for a replacement by another releaser",
+            )
         return decision, sts
     raise RuntimeError(f"StatefulSet {name} kept changing: {MAX_CONFLICTS} conflicts in a row")
 
 
-def _mark(kube: ReleaseKube, name: str, snapshot: str) -> None:
-    """Record the released snapshot; retried (a missing mark could take a later resume for a replacement)."""
+def _mark(kube: ReleaseKube, name: str, snapshot: str) -> str | None:
+    """Record the released snapshot, retried (a missing mark could take a later resume for a replacement); what went
+    wrong when it could not."""
     delay = 0.2
     for attempt in range(4):
         try:
             kube.mark_released(name, snapshot)
-            return
+            return None
         except Exception as exc:
-            if not api_error(exc) or attempt == 3:
+            if not api_error(exc):
                 raise
+            if attempt == 3:
+                return f"{exc.__class__.__name__}: {_short(exc)}"
             log.warning("statefulset/%s: recording the release failed (%s), retrying in %.1fs", name, exc, delay)
             time.sleep(delay)
             delay *= 2
+    return None
 
 
 # --- once: release NAME [--wait] -----------------------------------------------------------------------------------
@@ -398,6 +411,8 @@ class Watcher:
         self.out = out if out is not None else sys.stdout
         self.stopping = threading.Event()
         self.released: list[tuple[str, str]] = []
+        #: StatefulSet -> the snapshot this watcher released it for, while the record on it is missing.
+        self.unrecorded: dict[str, str] = {}
 
     def stop(self) -> None:
         self.stopping.set()
@@ -415,10 +430,23 @@ class Watcher:
         for sts in statefulsets:
             if self.stopping.is_set():
                 return
+            name = str(sts["metadata"]["name"])
+            if name in self.unrecorded:
+                # Decide as if the record were there (this watcher knows it released for that snapshot), write it.
+                snapshot = self.unrecorded[name]
+                sts = {**sts, "metadata": {**sts["metadata"]}}
+                sts["metadata"]["annotations"] = {
+                    **(sts["metadata"].get("annotations") or {}),
+                    RELEASED_ANNOTATION: snapshot,
+                }
+                if _mark(self.kube, name, snapshot) is None:
+                    del self.unrecorded[name]
             decision, _ = release_one(self.kube, sts, pods, snapshots)
             if decision.release:
-                name = sts["metadata"]["name"]
                 self.released.append((name, str(decision.snapshot)))
+                if not decision.marked:
+                    self.unrecorded[name] = str(decision.snapshot)
+                    print(f"statefulset/{name}: {decision.message}", file=sys.stderr)
                 self.say(
                     f"released statefulset/{name} in {self.kube.namespace}: scaled to 0 "
                     f"(PodSnapshot {decision.snapshot} Ready, pod {decision.pod})"
