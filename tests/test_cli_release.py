@@ -33,7 +33,7 @@ from jupyter_suspend.cli.release import (
 from tests.cli_helpers import kube_client, output_schema, run_cli, validate_output, write_kubeconfig
 from tests.kubeapi import KubeAPI
 from tests.kubeapi.gke import GKESnapshotController
-from tests.kubeapi.server import condition, wait_until
+from tests.kubeapi.server import condition, set_condition, wait_until
 from tests.kubeapi.workloads import StatefulSetController
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,12 +265,31 @@ def test_decide_refuses_a_pod_older_than_its_snapshot_that_still_runs_and_a_late
 
 def test_wait_follows_until_the_snapshot_is_ready_then_releases(kube_api: KubeAPI, kubeconfig: str) -> None:
     StatefulSetController(kube_api, replace_after=30.0).attach()
-    gke = GKESnapshotController(kube_api, upload_seconds=1.0).attach()
+    gke = GKESnapshotController(kube_api, upload_seconds=60.0).attach()  # the test ends the upload itself
     kube_api.create(stop_policy())
     start(kube_api, "nb")
     suspend(kube_api, "nb")
     wait_until(lambda: snapshot_of(kube_api, "nb"))
     kube_api.reset_calls()
+
+    def upload_ends_after_three_looks() -> None:
+        wait_until(lambda: len(kube_api.calls_matching("list", "podsnapshots")) >= 3, timeout=10)
+        snap = snapshot_of(kube_api, "nb")
+        assert snap is not None
+        ready = {"type": "Ready", "status": "True", "reason": "AllSnapshotsAvailable", "message": "snapshot uploaded"}
+        conditions = set_condition(snap["status"]["conditions"], ready)
+        kube_api.patch_status(GKE, "podsnapshots", "default", snap["metadata"]["name"], {"conditions": conditions})
+
+    uploader = threading.Thread(target=upload_ends_after_three_looks, daemon=True)
+    uploader.start()
+    ready_when_scaled: list[bool] = []
+
+    def on_scale(event_type: str, obj: dict[str, Any], kube: KubeAPI) -> None:
+        if obj.get("kind") == "StatefulSet" and obj["spec"].get("replicas") == 0 and not ready_when_scaled:
+            snap = snapshot_of(kube, "nb")
+            ready_when_scaled.append((condition(snap, "Ready") or {}).get("status") == "True")
+
+    kube_api.add_controller(on_scale)
 
     code, answer, stderr = release_json("nb", "--wait", "--timeout=10", *FAST, kubeconfig=kubeconfig)
     assert code == 0, stderr
@@ -281,8 +300,9 @@ def test_wait_follows_until_the_snapshot_is_ready_then_releases(kube_api: KubeAP
     assert answer["snapshot"] == gke.snapshots_created[0]
     assert scale_patches(kube_api) == ["nb"]
     assert "waiting_for_snapshot" in stderr  # progress on stderr
-    # Not scaled while the snapshot uploaded: the one scale came after Ready.
-    assert (condition(snapshot_of(kube_api, "nb"), "Ready") or {}).get("status") == "True"
+    uploader.join(5)
+    assert ready_when_scaled == [True]  # not scaled while the snapshot uploaded: at 0 only once it was Ready
+    assert len(kube_api.calls_matching("list", "podsnapshots")) >= 4  # three looks before Ready, one after
 
 
 def test_wait_times_out_when_the_snapshot_never_gets_ready(kube_api: KubeAPI, kubeconfig: str) -> None:
