@@ -33,6 +33,7 @@ from jupyter_suspend.cli.release import (
 from tests.cli_helpers import kube_client, output_schema, run_cli, validate_output, write_kubeconfig
 from tests.kubeapi import KubeAPI
 from tests.kubeapi.gke import GKESnapshotController
+from tests.kubeapi.rbac import bound_role, called, granted
 from tests.kubeapi.server import condition, set_condition, wait_until
 from tests.kubeapi.workloads import StatefulSetController
 
@@ -540,32 +541,8 @@ class Lines:
 
 
 def releaser_role_triples() -> set[tuple[str, str, str]]:
-    documents = [d for d in yaml.safe_load_all((ROOT / "deploy/releaser/role.yaml").read_text()) if d]
-    roles = [d for d in documents if d["kind"] == "Role"]
-    bindings = [d for d in documents if d["kind"] == "RoleBinding"]
-    assert [r["metadata"]["name"] for r in roles] == ["jupyter-suspend-releaser"]
-    assert [b["metadata"]["name"] for b in bindings] == ["jupyter-suspend-releaser"]
-    assert bindings[0]["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "jupyter-suspend-releaser",
-    }
-    assert bindings[0]["subjects"] == [{"kind": "ServiceAccount", "name": "jupyter-suspend-releaser"}]
-    granted: set[tuple[str, str, str]] = set()
-    for rule in roles[0]["rules"]:
-        assert not rule.get("resourceNames"), rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert "*" not in (group, resource, verb), rule
-                    granted.add((group, resource, verb))
-    return granted
-
-
-def triples(kube: KubeAPI) -> set[tuple[str, str, str]]:
-    return {
-        (c.group, c.resource if c.subresource is None else f"{c.resource}/{c.subresource}", c.verb) for c in kube.calls
-    }
+    documents = yaml.safe_load_all((ROOT / "deploy/releaser/role.yaml").read_text())
+    return granted(bound_role(documents, "jupyter-suspend-releaser"))
 
 
 def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI, kubeconfig: str) -> None:
@@ -601,7 +578,7 @@ def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI,
     assert watcher.released == [("nb2", ready_snapshot(kube_api, "nb2"))]
     assert replicas(kube_api, "nb") == 1  # resumed: left alone
 
-    used = triples(kube_api)
+    used = called(kube_api)
     assert ("apps", "statefulsets/scale", "patch") in used
     assert ("apps", "statefulsets", "get") in used  # the read after the conflict
     assert used == releaser_role_triples()

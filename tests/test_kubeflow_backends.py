@@ -43,6 +43,7 @@ from tests.kubeapi.kubeflow import (
     notebook_object,
     workspace_object,
 )
+from tests.kubeapi.rbac import called, granted
 from tests.servers import ServerProcess
 from tests.sidecar_helpers import NAMESPACE, POD, make_pod, run
 from tests.test_gke_backend import SETUP, run_cell, verdict
@@ -98,17 +99,7 @@ def writes(kube: KubeAPI) -> list[tuple[str, str, str | None]]:
 def role_rules(kind: str) -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) the overlay's sidecar Role grants."""
     (role,) = [d for d in kustomize(OVERLAYS[kind]) if d["kind"] == "Role"]
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
-def called(kube: KubeAPI) -> set[tuple[str, str, str]]:
-    return {(c.group, c.resource, c.verb) for c in kube.calls}
+    return granted(role, resource_names_for=["pods"])
 
 
 def epoch(text: str) -> float:

@@ -21,6 +21,7 @@ from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, S
 from jupyter_suspend.sidecar.config import ConfigError, parse_config
 from tests.kubeapi import KubeAPI, wait_until
 from tests.kubeapi.gke import GKESnapshotController
+from tests.kubeapi.rbac import bound_role, called, granted
 from tests.sidecar_helpers import (
     GKE,
     NAMESPACE,
@@ -87,12 +88,6 @@ def follow_until_done(client: SidecarClient, trigger: str, timeout: float = 20.0
         assert len(seen) < 40, seen
         view = run(client.follow(trigger, wait=5))
     return view
-
-
-def triples(kube: KubeAPI) -> set[tuple[str, str, str]]:
-    return {
-        (c.group, c.resource if c.subresource is None else f"{c.resource}/{c.subresource}", c.verb) for c in kube.calls
-    }
 
 
 # --- start, happy path, create mode -----------------------------------------------------------------------------------
@@ -212,7 +207,7 @@ def test_require_mode_reads_the_installed_policy_only(
     kube_api.reset_calls()
     facts = ("policy_mode", "policy_name", "policy_exists", "post_checkpoint", "policy_problem")
     assert tuple(run(client.pod())[k] for k in facts) == ("require", "notebook-snapshots", False, None, None)
-    assert triples(kube_api) == {("", "pods", "get"), ("podsnapshot.gke.io", "podsnapshotpolicies", "get")}
+    assert called(kube_api) == {("", "pods", "get"), ("podsnapshot.gke.io", "podsnapshotpolicies", "get")}
     policy = ("podsnapshotpolicies", NAMESPACE, "notebook-snapshots")
     kube_api.create(installed_policy())
     assert tuple(run(client.pod())[k] for k in facts) == ("require", "notebook-snapshots", True, "stop", None)
@@ -232,7 +227,7 @@ def test_require_mode_reads_the_installed_policy_only(
     assert (err.value.status, err.value.code, err.value.retryable) == (409, proto.E_POLICY_MISSING, False)
     assert "notebook-snapshots" in err.value.message
     assert "ask the platform team to install PodSnapshotPolicy notebook-snapshots" in err.value.next_step
-    assert triples(kube_api) == {("", "pods", "get"), ("podsnapshot.gke.io", "podsnapshotpolicies", "get")}
+    assert called(kube_api) == {("", "pods", "get"), ("podsnapshot.gke.io", "podsnapshotpolicies", "get")}
     assert not kube_api.objects("podsnapshotmanualtriggers")
 
     # A policy that does not select this pod is refused before any trigger is made.
@@ -409,7 +404,7 @@ def test_refused_requests_make_no_api_call(
         run(sidecar.client.delete_snapshot(other))
     assert (err.value.status, err.value.code) == (403, proto.E_FORBIDDEN_TARGET)
     assert "other-0" in err.value.message
-    assert triples(kube_api) == {("podsnapshot.gke.io", "podsnapshots", "get")}
+    assert called(kube_api) == {("podsnapshot.gke.io", "podsnapshots", "get")}
     assert kube_api.get(GKE, "podsnapshots", NAMESPACE, other) is not None
     # Another pod's snapshot request cannot be followed, and its snapshot is not listed as this pod's.
     with pytest.raises(SidecarError) as err:
@@ -445,28 +440,8 @@ def test_refused_requests_make_no_api_call(
 
 
 def role_triples() -> set[tuple[str, str, str]]:
-    documents = list(yaml.safe_load_all((ROOT / "deploy/base/role.yaml").read_text()))
-    roles = [d for d in documents if d and d["kind"] == "Role"]
-    bindings = [d for d in documents if d and d["kind"] == "RoleBinding"]
-    assert [r["metadata"]["name"] for r in roles] == ["jupyter-suspend-sidecar"]
-    assert len(bindings) == 1
-    binding = bindings[0]
-    assert binding["metadata"]["name"] == "jupyter-suspend-sidecar"
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "jupyter-suspend-sidecar",
-    }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "jupyter-suspend-sidecar"}]
-    granted: set[tuple[str, str, str]] = set()
-    for rule in roles[0]["rules"]:
-        assert not rule.get("resourceNames") or rule["resources"] == ["pods"], rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert "*" not in (group, resource, verb), rule
-                    granted.add((group, resource, verb))
-    return granted
+    documents = yaml.safe_load_all((ROOT / "deploy/base/role.yaml").read_text())
+    return granted(bound_role(documents, "jupyter-suspend-sidecar"), resource_names_for=["pods"])
 
 
 def test_role_grants_exactly_the_calls_the_sidecar_makes(
@@ -485,7 +460,7 @@ def test_role_grants_exactly_the_calls_the_sidecar_makes(
     assert view["snapshot"]
     run(client.snapshots())
     run(client.delete_snapshot(view["snapshot"]))
-    create_mode = triples(kube_api)
+    create_mode = called(kube_api)
     assert ("podsnapshot.gke.io", "podsnapshotmanualtriggers", "watch") in create_mode
     assert ("podsnapshot.gke.io", "podsnapshots", "watch") in create_mode
 
@@ -495,7 +470,7 @@ def test_role_grants_exactly_the_calls_the_sidecar_makes(
     client = start(kube_api, tmp_path, sidecars, REQUIRE_ARGS, "require-mode").client
     trigger = run(client.request_snapshot())["trigger"]
     assert follow_until_done(client, trigger)["phase"] == "ready"
-    require_mode = triples(kube_api)
+    require_mode = called(kube_api)
     assert ("podsnapshot.gke.io", "podsnapshotpolicies", "create") not in require_mode
 
     assert create_mode | require_mode == role_triples()
