@@ -935,6 +935,15 @@ def test_statefulset_scaling_with_capacity(kube: KubeAPI, core: client.CoreV1Api
     )
     time.sleep(0.05)
     assert kube.objects("pods") == []
+    # A scale carrying a stale resourceVersion is refused (409) and changes nothing.
+    stale = apps.read_namespaced_stateful_set_scale("nb", NS).metadata.resource_version
+    apps.patch_namespaced_stateful_set("nb", NS, {"metadata": {"labels": {"touched": "yes"}}}, _content_type=MERGE)
+    with pytest.raises(ApiException) as refused:
+        apps.patch_namespaced_stateful_set_scale(
+            "nb", NS, {"metadata": {"resourceVersion": stale}, "spec": {"replicas": 1}}, _content_type=MERGE
+        )
+    assert refused.value.status == 409
+    assert apps.read_namespaced_stateful_set("nb", NS).spec.replicas == 0
     scale = apps.patch_namespaced_stateful_set_scale("nb", NS, {"spec": {"replicas": 1}}, _content_type=MERGE)
     assert scale.spec.replicas == 1
     pending = wait_until(lambda: kube.get("v1", "pods", NS, "nb-0"))

@@ -1364,6 +1364,10 @@ class KubeAPI:
                 replicas = (scale.get("spec") or {}).get("replicas") if isinstance(scale, dict) else None
                 if not isinstance(replicas, int) or replicas < 0:
                     raise invalid(rtype, name, "spec.replicas: Invalid value: must be a non-negative integer")
+                # The Scale's resourceVersion is the object's: a stale one is a precondition that fails.
+                wanted_rv = (scale.get("metadata") or {}).get("resourceVersion")
+                if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
+                    raise conflict(rtype, name)
                 new = copy.deepcopy(old)
                 new.setdefault("spec", {})["replicas"] = replicas
                 self._admit(verb, new, user, rtype, name)
