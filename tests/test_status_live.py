@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_suspend.server.environment import KernelProcess
 from jupyter_suspend.server.live_state import live_lost
 
 from .conftest import SuspendClient
@@ -74,11 +75,15 @@ def _verified(kernel_id: str, pid: int, verdict_: str = "LIVE") -> dict[str, Any
 
 def test_live_lost_judges_only_live_kernels_and_only_what_it_can_read() -> None:
     verification = [_verified("same", 10), _verified("new", 11), _verified("gone", 12), _verified("cold", 13, "COLD")]
-    now = {"same": {"pid": 10, "running": True}, "new": {"pid": 99, "running": True}, "cold": {"pid": 1}}
+    now = {
+        "same": KernelProcess(pid=10, running=True),
+        "new": KernelProcess(pid=99, running=True),
+        "cold": KernelProcess(pid=1, running=None),
+    }
     lost = live_lost(verification, now.get)
     assert [(k["kernel_id"], k["reason"], k["pid"]) for k in lost] == [("new", "restarted", 99), ("gone", "gone", None)]
     # The same pid whose process ended (a kernel that died and was not restarted) is gone.
-    assert live_lost([_verified("same", 10)], lambda _k: {"pid": 10, "running": False})[0]["reason"] == "gone"
+    assert live_lost([_verified("same", 10)], lambda _k: KernelProcess(pid=10, running=False))[0]["reason"] == "gone"
     # An environment that cannot say a kernel's pid: only a kernel that is gone is judged.
-    assert live_lost([_verified("same", 10)], lambda _k: {"pid": None, "running": None}) == []
+    assert live_lost([_verified("same", 10)], lambda _k: KernelProcess(pid=None, running=None)) == []
     assert live_lost(None, now.get) == []

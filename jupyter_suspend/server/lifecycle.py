@@ -419,7 +419,7 @@ class Lifecycle:
         since (their memory is not the restored one), from what the server knows of their processes."""
         if self.state != State.READY or self.restore != RestoreKind.LIVE or not self.last_restore:
             return []
-        return live_lost(self.last_restore.get("verification"), self.live_state.process_now)
+        return live_lost(self.last_restore.get("verification"), self.environment.kernel_process)
 
     def timeline(self) -> dict[str, Any]:
         return timeline_mod.build(self.journal.read().entries)

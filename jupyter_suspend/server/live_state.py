@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .environment import Environment
+    from .environment import Environment, KernelProcess
 
 #: Process start times are read from /proc in the kernel and through psutil
 #: in the server; both round to clock ticks.
@@ -277,14 +277,14 @@ def record_live_state(
 
 
 def live_lost(
-    verification: list[dict[str, Any]] | None, process_now: Callable[[str], dict[str, Any] | None]
+    verification: list[dict[str, Any]] | None, process_now: Callable[[str], KernelProcess | None]
 ) -> list[dict[str, Any]]:
     """The kernels a restore verified LIVE whose process is not the verified one any more: their memory
     is not the restored one. Pure.
 
     ``verification``: the restore's verdicts (``last_restore.verification``). ``process_now(kernel_id)``:
-    what the server sees of that kernel's process now, without asking the kernel (``pid``, and ``running``:
-    the process still exists; either None when unknown), or None when the server has no such kernel. A new
+    what the server sees of that kernel's process now, without asking the kernel
+    (:meth:`Environment.kernel_process`), or None when the server has no such kernel. A new
     pid is a restart; no kernel, or the verified pid no longer running, is gone. What the server cannot read
     is not judged. (The process start is not compared: a snapshot restore moves it, see :func:`compare`.)
     """
@@ -296,12 +296,12 @@ def live_lost(
         details = result.get("details") or {}
         verified_pid = (details.get("observed") or {}).get("pid")
         now = process_now(kernel_id)
-        pid = now.get("pid") if now else None
+        pid = now.pid if now else None
         if now is None:
             reason = "gone"
         elif pid is not None and verified_pid is not None and pid != verified_pid:
             reason = "restarted"
-        elif now.get("running") is False:
+        elif now.running is False:
             reason = "gone"
         else:
             continue
@@ -327,15 +327,6 @@ class LiveStateRecords:
 
     def record(self, kernels: list[dict[str, Any]], source: str, entry: dict[str, Any]) -> None:
         record_live_state(self.records, kernels, source, entry)
-
-    def process_now(self, kernel_id: str) -> dict[str, Any] | None:
-        """A kernel's process as the server knows it now, cheaply (``GET status`` reads it): the pid its
-        kernel manager holds and whether that process still runs; never a message to the kernel. None: the
-        server has no such kernel. ``pid`` None: this environment cannot say it without a round trip."""
-        process = self.environment.kernel_process(kernel_id)
-        if process is None:
-            return None
-        return {"pid": process.pid, "running": process.running}
 
     async def observe(self, kernel_id: str, names: list[str], timeout: float, state: str) -> dict[str, Any]:
         """Ask a kernel for its observation (or look at it from outside when it
