@@ -101,7 +101,11 @@ def is_true(obj: Mapping[str, Any] | None, kind: str) -> bool:
     return (condition(obj, kind) or {}).get("status") == "True"
 
 
-def _phase(pod: Mapping[str, Any]) -> str:
+#: Phases of a pod that has finished (a pod stopped by ``postCheckpoint: stop`` is Succeeded).
+STOPPED_PHASES = ("Succeeded", "Failed")
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
@@ -111,10 +115,10 @@ def current_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     alive = [
         pod
         for pod in pods
-        if not (pod.get("metadata") or {}).get("deletionTimestamp") and _phase(pod) not in ("Succeeded", "Failed")
+        if not (pod.get("metadata") or {}).get("deletionTimestamp") and pod_phase(pod) not in STOPPED_PHASES
     ]
     failed = [
-        pod for pod in pods if _phase(pod) == "Failed" and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        pod for pod in pods if pod_phase(pod) == "Failed" and not (pod.get("metadata") or {}).get("deletionTimestamp")
     ]
     candidates = alive or failed
     if not candidates:
@@ -185,7 +189,7 @@ def _assess(obs: Observation) -> Assessment:
     name = _name(pod)
     if not obs.wanted and not is_true(pod, "Ready"):
         return Assessment("suspended", _suspended_message(snap) + f" (pod {name} is going away)", pod=name)
-    if _phase(pod) == "Failed":
+    if pod_phase(pod) == "Failed":
         reason = str((pod.get("status") or {}).get("reason") or "Failed")
         return Assessment(
             "failed",

@@ -43,7 +43,7 @@ from traitlets import Bool, Float, Unicode
 from ..common.times import rfc3339 as parse_time
 from ..common.workloads import ORIGIN_POD_ANNOTATION
 from .base import BASE_FLAGS, EXIT_FAILED, EXIT_OK, UsageError
-from .follow import condition, is_true
+from .follow import STOPPED_PHASES, condition, is_true, pod_phase
 from .kube import KUBE_ALIASES, KubeCommandApp
 from .workloads import JSON, MERGE_PATCH, Kube, valid_name
 
@@ -63,15 +63,10 @@ MAX_CONFLICTS = 5
 
 FINAL_STATES = frozenset({"released", "already_released", "checkpoint_failed", "not_found", "timed_out"})
 OK_STATES = frozenset({"released", "already_released"})
-STOPPED_PHASES = ("Succeeded", "Failed")
 #: A label selector: comma-separated ``key``, ``!key``, ``key=value``, ``key==value``, ``key!=value``.
 LABEL_KEY = r"([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?"
 LABEL_VALUE = r"([a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?)?"
 REQUIREMENT = re.compile(rf"^(!?{LABEL_KEY}|{LABEL_KEY}\s*(=|==|!=)\s*{LABEL_VALUE})$")
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def valid_selector(selector: str) -> bool:
@@ -104,10 +99,6 @@ def _created(obj: Mapping[str, Any]) -> datetime:
 def _rv(obj: Mapping[str, Any]) -> int:
     rv = str(_meta(obj).get("resourceVersion") or "0")
     return int(rv) if rv.isdigit() else 0
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
 def replicas(sts: Mapping[str, Any]) -> int:
@@ -153,7 +144,7 @@ def decide(
             return Decision("waiting_for_pod", f"StatefulSet {name} has no pod and no snapshot to release for")
         return Decision(
             "running",
-            f"pod {pod_name} is {_phase(pod)} with no Ready snapshot newer than it: "
+            f"pod {pod_name} is {pod_phase(pod)} with no Ready snapshot newer than it: "
             "scaling to 0 would delete a live session; suspend it first",
             pod=pod_name,
         )
@@ -184,7 +175,7 @@ def decide(
         )
     assert pod_name is not None
     ready_at = parse_time((condition(snap, "Ready") or {}).get("lastTransitionTime")) or _created(snap)
-    stopped = _phase(pod) in STOPPED_PHASES
+    stopped = pod_phase(pod) in STOPPED_PHASES
     if stopped and _created(pod) <= _created(snap):
         return Decision(
             "released",
@@ -212,7 +203,7 @@ def decide(
         )
     return Decision(
         "running",
-        f"pod {pod_name} is still {_phase(pod)} after its PodSnapshot {snap_name} was Ready "
+        f"pod {pod_name} is still {pod_phase(pod)} after its PodSnapshot {snap_name} was Ready "
         "(postCheckpoint: resume?): scaling to 0 would delete a live session",
         pod=pod_name,
         snapshot=snap_name,
