@@ -72,6 +72,9 @@ class Observation:
     server_error: str | None = None
     #: What the workload's own status says (e.g. a Workspace's ``status.stateMessage``).
     workload_message: str = ""
+    #: Events of the controller object that makes the pod (a StatefulSet), read while it asks for a pod and
+    #: has none: ``FailedCreate`` says why there is none (e.g. the namespace's ResourceQuota is full).
+    controller_events: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +130,19 @@ def current_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 
 
 def newest_scheduling_event(events: Sequence[Mapping[str, Any]]) -> JSON | None:
-    relevant = [e for e in events if e.get("reason") in SCHEDULING_EVENT_REASONS]
+    return _newest(events, SCHEDULING_EVENT_REASONS)
+
+
+def failed_pod_creation(events: Sequence[Mapping[str, Any]]) -> JSON | None:
+    """The StatefulSet controller's newest ``FailedCreate`` if no pod was created since (``SuccessfulCreate``).
+    A full ResourceQuota is the common cause: the API server refuses the pod before any scheduler sees it
+    (kube-controller-manager's StatefulSet controller records ``FailedCreate`` with the admission message)."""
+    newest = _newest(events, ("FailedCreate", "SuccessfulCreate"))
+    return newest if newest is not None and newest["reason"] == "FailedCreate" else None
+
+
+def _newest(events: Sequence[Mapping[str, Any]], reasons: Sequence[str]) -> JSON | None:
+    relevant = [e for e in events if e.get("reason") in reasons]
     if not relevant:
         return None
 
@@ -185,6 +200,27 @@ def _assess(obs: Observation) -> Assessment:
     if pod is None:
         if not obs.wanted:
             return Assessment("suspended", _suspended_message(snap))
+        refused = failed_pod_creation(obs.controller_events)
+        if refused is not None and "exceeded quota" in refused["message"]:
+            # The ResourceQuota admission's words: room comes back when other pods of the namespace stop.
+            return Assessment(
+                "waiting_for_capacity",
+                f"the pod is not created yet: the namespace's ResourceQuota has no room for it "
+                f"(FailedCreate: {refused['message']})",
+                since=parse_time(refused["time"]),
+                scheduling={"reason": "FailedCreate", "message": refused["message"], "event": refused},
+            )
+        if refused is not None:
+            # Any other refusal (a missing RuntimeClass, a policy, a bad template) does not go away by waiting.
+            return Assessment(
+                "failed",
+                f"the pod cannot be created: {refused['message']}",
+                failure={
+                    "reason": f"FailedCreate: {refused['message']}",
+                    "next_step": "kubectl describe statefulset (its events); ask the platform team to fix what the "
+                    "API server refused, then resume again",
+                },
+            )
         return Assessment("restoring", "the workload is scaled up; waiting for its pod to be created")
     name = _name(pod)
     if not obs.wanted and not is_true(pod, "Ready"):

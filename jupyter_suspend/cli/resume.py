@@ -131,6 +131,10 @@ class Environment:
         events: list[JSON] = []
         if pod_name is not None and not (pod or {}).get("spec", {}).get("nodeName"):
             events = self.kube.list_pod_events(pod_name)
+        controller_events: list[JSON] = []
+        controller = self.workload.pod_controller(obj)
+        if pod is None and controller is not None and self.workload.wanted(obj):
+            controller_events = self.kube.list_object_events("StatefulSet", controller)
         pinned = self.request.snapshot or self.workload.pinned(obj)
         snapshot = None
         # A pinned snapshot is watched all along (it may be deleted under us); others matter once the pod is Ready.
@@ -152,6 +156,7 @@ class Environment:
             server=server,
             server_error=server_error,
             workload_message=self.workload.message(obj),
+            controller_events=controller_events,
         )
         return assess(observation), observation
 
@@ -462,10 +467,33 @@ def _unusable_snapshot(kube: Kube, name: str) -> Assessment | None:
     )
 
 
+class CreateRetry:
+    """While the pod cannot be created (``FailedCreate``: e.g. the ResourceQuota is full), the StatefulSet
+    controller retries with a per-object exponential backoff that grows to many minutes, and nothing it watches
+    changes when another notebook frees the quota. The resume's holder touches an annotation of the StatefulSet
+    (not of its template: no new revision, no rollout) every ``every`` seconds, which makes the controller try
+    again at once, so a waiting notebook comes up soon after capacity frees."""
+
+    every = 10.0
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.last = time.monotonic()
+
+    def maybe(self, assessment: Assessment) -> None:
+        if assessment.state != "waiting_for_capacity" or (assessment.scheduling or {}).get("reason") != "FailedCreate":
+            return
+        if time.monotonic() - self.last < self.every:
+            return
+        self.last = time.monotonic()
+        self.run.environment.workload.retry_create()
+
+
 def _follow(run: Run, obj: JSON | None, lease: Lease | None, joined: Lease | None = None) -> Assessment:
     """Observe until a final state, the deadline, or (without --wait) once. ``lease``: ours (we acted);
     ``joined``: the one whose holder acts."""
     request = run.request
+    nudge = CreateRetry(run)
     while True:
         try:
             assessment = run.observe(obj)
@@ -499,6 +527,7 @@ def _follow(run: Run, obj: JSON | None, lease: Lease | None, joined: Lease | Non
             return run.timed_out(assessment)
         if lease is not None:
             lease.renew_if_due()
+            nudge.maybe(assessment)
         remaining = run.deadline - time.monotonic()
         if remaining <= 0:
             return run.timed_out(assessment)

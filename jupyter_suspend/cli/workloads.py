@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jupyter_suspend.common.workloads import (
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+#: On a StatefulSet (not its template) by a resume waiting for a pod the quota refused: see resume.CreateRetry.
+RETRY_CREATE_ANNOTATION = "jupyter-suspend/retry-create-at"
 #: The label Kubeflow Workspaces put on a workspace's pods.
 WORKSPACE_NAME_LABEL = "notebooks.kubeflow.org/workspace-name"
 #: An object name the API accepts (RFC 1123 subdomain).
@@ -83,6 +86,11 @@ class Kube:
 
     def list_pod_events(self, pod: str) -> list[JSON]:
         selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        answer = self._json(self.core.list_namespaced_event(self.namespace, field_selector=selector, **self._opts()))
+        return list(answer.get("items") or [])
+
+    def list_object_events(self, kind: str, name: str) -> list[JSON]:
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         answer = self._json(self.core.list_namespaced_event(self.namespace, field_selector=selector, **self._opts()))
         return list(answer.get("items") or [])
 
@@ -193,6 +201,13 @@ class Workload(ABC):
     def message(self, obj: JSON) -> str:
         return ""
 
+    def pod_controller(self, obj: JSON) -> str | None:
+        """The StatefulSet that creates the pod, when its name is known (its events say why no pod exists)."""
+        return None
+
+    def retry_create(self) -> None:  # noqa: B027 - most kinds have nothing to nudge
+        """Ask the pod's controller to try creating the pod again now (see resume.CreateRetry)."""
+
 
 class StatefulSetWorkload(Workload):
     kind = "statefulset"
@@ -203,6 +218,14 @@ class StatefulSetWorkload(Workload):
 
     def wanted(self, obj: JSON) -> bool:
         return int((obj.get("spec") or {}).get("replicas", 1) or 0) > 0
+
+    def pod_controller(self, obj: JSON) -> str | None:
+        return self.name
+
+    def retry_create(self) -> None:
+        # Any update of the StatefulSet object queues it for its controller; metadata only, not the template.
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.kube.patch_statefulset(self.name, {"metadata": {"annotations": {RETRY_CREATE_ANNOTATION: stamp}}})
 
     def pod_selector(self, obj: JSON) -> str:
         labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -233,6 +256,10 @@ class NotebookWorkload(Workload):
 
     def wanted(self, obj: JSON) -> bool:
         return NOTEBOOK_STOPPED_ANNOTATION not in ((obj.get("metadata") or {}).get("annotations") or {})
+
+    def pod_controller(self, obj: JSON) -> str | None:
+        # Kubeflow's notebook controller names the StatefulSet after the Notebook (pod <name>-0).
+        return self.name
 
     def pod_selector(self, obj: JSON) -> str:
         return f"{NOTEBOOK_NAME_LABEL}={self.name}"
