@@ -22,11 +22,12 @@ tests/journals/team/cpu-small/journal.jsonl (local: the node stays), class small
 tests/journals/old.jsonl (local, no class/origin: "unclassified"/"user"), 0 -> 14400 = 4 h,
   a corrupt 6th line:
   e1: memory free 720 -> acknowledged (transition failed -> running) 14400 = 13680 s = 3.8 h,
-     1 GiB -> 3.8 GiB-h; the resume failed -> result failed; GPU count unknown.
+     1 GiB -> 3.8 GiB-h; the resume failed -> result failed; GPU count not measured (with
+     --gpus-per-node 4: 4 * 3.8 = 15.2 GPU-hours kept allocated, none released: local keeps the node).
 Totals: free hours 11.9 + 5.9 + 2 + 3.8 = 23.6; node-hours released 11.9 + 5.9 = 17.8 of
-  27 + 3 + 4 = 34 observed -> 16.2 allocated; GPU-hours: observed 4*27 (gpu-lab) + 0*3 (cpu-small,
-  measured 0) = 108, released 71.2, allocated 36.8 (old: unknown, left out);
-  kernel memory 4 + 3.8 = 7.8 GiB-h; stored 10e9 + 5e9 + 5e8 = 15.5e9 B; 5 + 2.25 + 1/24 = 7.291667 GB-days;
+  27 + 3 + 4 = 34 observed -> 16.2 allocated; GPU-hours (--gpus-per-node 4): observed 4*27 (gpu-lab)
+  + 0*3 (cpu-small, measured 0) + 4*4 (old, assumed) = 124, released 71.2, allocated 52.8;
+  kernel memory 4 + 3.8 = 7.8 GiB-h known, c1 and c2 unknown (no ``released`` figures) -> total null; stored 10e9 + 5e9 + 5e8 = 15.5e9 B; 5 + 2.25 + 1/24 = 7.291667 GB-days;
   resume-to-runnable [13, 60, 600]: p50 60, p95 60 + 0.9 * 540 = 546;
   results live 1, cold 2, failed 1, aborted 1 -> rates over 4 ended: 0.25 / 0.5 / 0.25.
 """
@@ -106,7 +107,8 @@ def test_a_directory_of_environments_and_classes() -> None:
     assert cycles["d1"]["kernel_memory_gib_hours"] == pytest.approx(4)
     assert cycles["d1"]["node_hours_released"] == 0  # local: the node is never released...
     assert cycles["d1"]["node_other_workloads"] == "yes"  # ...this server keeps running on it
-    assert cycles["d1"]["gpu_hours_released"] == 0  # measured: no GPU
+    assert cycles["d1"]["gpu_hours_released"] == 0  # local: the node (and any GPU) stays...
+    assert cycles["d1"]["gpu_hours_kept_allocated"] == 0  # ...and NVML measured none
     assert cycles["d1"]["storage_gb_days"] == pytest.approx(0.5 / 12, abs=1e-6)  # rounded to 6 digits
     assert cycles["d2"]["result"] == "aborted"
     assert cycles["d2"]["released_hours"] == 0
@@ -118,9 +120,16 @@ def test_a_directory_of_environments_and_classes() -> None:
     t = data["totals"]
     assert t["released_hours"] == pytest.approx(23.6)
     assert t["node_hours"] == {"observed": 34.0, "released": pytest.approx(17.8), "allocated": pytest.approx(16.2)}
-    assert t["gpu_node_hours"] == {"observed": 108.0, "released": pytest.approx(71.2), "allocated": pytest.approx(36.8)}
-    assert t["gpu_hours_unknown_cycles"] == 2
-    assert t["kernel_memory_gib_hours"] == pytest.approx(7.8)
+    # old.jsonl is local without NVML: --gpus-per-node 4 is assumed there too, 4 GPUs * 4 h observed.
+    assert t["gpu_node_hours"] == {"observed": 124.0, "released": pytest.approx(71.2), "allocated": pytest.approx(52.8)}
+    assert t["gpu_hours_unknown_cycles"] == 0
+    assert cycles["e1"]["gpu_hours_released"] == 0  # local: nothing given back...
+    assert cycles["e1"]["gpu_hours_kept_allocated"] == pytest.approx(4 * 3.8)  # ...the GPUs stayed allocated
+    assert t["gpu_hours_kept_allocated"] == pytest.approx(15.2)
+    # c1 and c2 journaled no memory figures: the kernel memory total is unknown, 4 + 3.8 of it known.
+    assert t["kernel_memory_gib_hours"] is None
+    assert t["kernel_memory_gib_hours_known"] == pytest.approx(7.8)
+    assert t["kernel_memory_unknown_cycles"] == 2
     assert t["data_stored_bytes"] == 15_500_000_000
     assert t["storage_gb_days"] == pytest.approx(7.291667)
     assert t["resume_to_runnable_seconds"] == {"count": 3, "p50": 60.0, "p95": 546.0}

@@ -85,17 +85,22 @@ def test_a_zero_threshold_and_free_suspends_reach_the_upper_bound() -> None:
 
 
 def test_synthetic_week_is_reproducible_and_shaped_as_expected() -> None:
-    args = ("--synthetic", "--seed=7", "--thresholds=0s,5m,15m,30m,1h,2h", "--suspend-seconds=0", "--resume-seconds=90")
+    args = ("--synthetic", "--seed=7", "--thresholds=1s,5m,15m,30m,1h,2h", "--suspend-seconds=0", "--resume-seconds=90")
     first, again = run_json(*args), run_json(*args)
     assert first == again
-    other = run_json("--synthetic", "--seed=8", "--thresholds=0s,5m,15m,30m,1h,2h")
-    assert other["classes"][0]["active_hours"] != first["classes"][0]["active_hours"]
+    other = run_json("--synthetic", "--seed=8", "--thresholds=1s,5m,15m,30m,1h,2h", "--suspend-seconds=0")
+    assert other["classes"][0]["rows"] != first["classes"][0]["rows"]
     [group] = first["classes"]
     assert group["horizon_hours"] == 168.0
     assert group["suspend_source"] == "given"
     rows = group["rows"]
-    # With a zero threshold and free suspends everything idle is released: the upper bound.
-    assert rows[0]["released_hours"] == pytest.approx(group["released_upper_bound_hours"], abs=1e-5)
+    # The week has the worked example's 40 active hours: at most 128 releasable.
+    assert group["active_hours"] == pytest.approx(40.0, abs=1e-6)
+    assert group["released_upper_bound_hours"] == pytest.approx(128.0, abs=1e-6)
+    # With a 1 s threshold and free suspends nearly everything idle is released: 1 s per gap is not.
+    assert group["released_upper_bound_hours"] - rows[0]["released_hours"] == pytest.approx(
+        rows[0]["interruptions"] / 3600, abs=1e-5
+    )
     # A longer threshold never releases more, never interrupts more, never adds waiting.
     for shorter, longer in itertools.pairwise(rows):
         assert longer["released_hours"] <= shorter["released_hours"]
@@ -140,9 +145,9 @@ def test_sweep_over_journals_uses_measured_times_per_class() -> None:
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (("--synthetic", "--thresholds=5x"), "bad threshold '5x'"),
+        (("--synthetic", "--thresholds=5x"), "bad duration '5x'"),
         (("--synthetic", "--thresholds=,"), "at least one duration"),
-        (("--synthetic", "--thresholds=-5m"), "bad threshold"),
+        (("--synthetic", "--thresholds=-5m"), "bad duration"),
         (("--synthetic", "--resume-seconds=-1"), "--resume-seconds must be 0 or more"),
         (("--active-hours=200",), "between 0 and the week's 168"),
         (("--synthetic", str(JOURNALS)), "not both"),
