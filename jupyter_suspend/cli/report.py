@@ -459,8 +459,9 @@ jupyter suspend report /srv/journals --html report.html
         data = build_report(
             files, time.time(), self.gpus_per_node, include_suspect=self.include_suspect, max_ongoing=max_ongoing
         )
-        for problem in data["problems"]:
-            print(f"jupyter suspend report: {problem['journal']}: {problem['message']}", file=sys.stderr)
+        if self.json_output:  # the text carries them already: said once, not twice on a terminal
+            for problem in data["problems"]:
+                print(f"jupyter suspend report: {problem['journal']}: {problem['message']}", file=sys.stderr)
         if self.html_file:
             try:
                 images = charts(data)

@@ -160,8 +160,9 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         result["journals"] = [str(path) for _, path in files]
         envs, problems = environments(files, cost.Options(time.time(), include_suspect=self.include_suspect))
         result["problems"] = problems
-        for problem in problems:
-            print(f"jupyter suspend simulate: {problem['journal']}: {problem['message']}", file=sys.stderr)
+        if self.json_output:  # the text carries them already
+            for problem in problems:
+                print(f"jupyter suspend simulate: {problem['journal']}: {problem['message']}", file=sys.stderr)
         groups: dict[str, list[tuple[list[cost.Interval], cost.Interval]]] = {}
         measured: dict[str, list[cost.CycleCost]] = {}
         keeps_node: dict[str, set[bool]] = {}
