@@ -495,8 +495,8 @@ def test_item5_a_wall_clock_jump_the_monotonic_clock_contradicts_is_flagged(tmp_
     counted = report_of(path, now=T0 + 40 * 86400, include_suspect=True)
     assert counted["totals"]["released_hours"] == round((jump + 3690 - 700) / 3600, 6)
 
-    # A live return on GKE: the process was frozen while the node was away, its wall clock jumps by
-    # that time, and that is no contradiction (docs/platform-facts.md: "time frozen = wall clock minus ...").
+    # A live return on GKE: the process was checkpointed while the node was away; where gVisor's best-effort
+    # monotonic adjustment falls short, the gap within the released interval is the freeze, no contradiction.
     live = Journal("boot-live").start()
     live.suspend("c-live", 600, 300, GKE).add("flushed", 650, operation_id="c-live", kernels=[])
     live.released("c-live", 7800, 700, mono=760)  # written after the thaw: monotonic barely moved

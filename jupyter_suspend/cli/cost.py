@@ -590,9 +590,12 @@ def _check_clocks(
     if latest is not None and latest > now + FUTURE_TOLERANCE:
         cost.suspect.append(f"a time {_describe_hours(latest - now)} after the report's time (a wrong clock)")
     capabilities = _object(_object(requested.get("backend")).get("capabilities"))
-    # A backend that keeps live memory and releases the node freezes the server process while the
-    # node is gone (GKE Pod Snapshots: gVisor checkpoint/restore, "time frozen = wall clock minus a
-    # 1 Hz ticker's count", docs/platform-facts): its wall clock jumps by the time away.
+    # A backend that keeps live memory and releases the node checkpoints the server process and
+    # restores it later (GKE Pod Snapshots: gVisor checkpoint/restore). gVisor moves the restored
+    # monotonic clock forward by the real time elapsed, "best-effort" (google/gvisor
+    # pkg/sentry/kernel/timekeeper.go, Timekeeper.SetClocks), so a live return normally shows no
+    # disagreement; where the adjustment falls short, the gap lies within the released interval
+    # and is the freeze, not a clock fault.
     freezes = bool(capabilities.get("releases_node")) and bool(capabilities.get("keeps_live_memory"))
     start = cost.requested_at
     end = max(times, default=None)
