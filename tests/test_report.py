@@ -400,8 +400,12 @@ def test_item1_the_same_journal_twice_a_folder_and_its_file_or_a_backup_copy_cou
     again = report_of(gke, local, rewritten)
     assert again["totals"]["released_hours"] == once["totals"]["released_hours"]
     assert again["totals"]["resume_to_runnable_seconds"] == once["totals"]["resume_to_runnable_seconds"]
-    [problem] = again["problems"]
-    assert (problem["kind"], problem["cycle_id"], problem["excluded"]) == ("duplicate_cycle", "c-gke", True)
+    assert [(p["kind"], p["cycle_id"], p["excluded"]) for p in again["problems"]] == [
+        ("duplicate_cycle", "c-gke", True),
+        ("duplicate_journal", None, True),  # it holds nothing else: a copy, its 3 hours not observed twice
+    ]
+    assert again["totals"]["node_hours"] == once["totals"]["node_hours"]
+    assert [e["copy_of"] for e in again["environments"]] == [None, None, "gke"]
 
 
 def test_item2_a_gpu_total_over_an_unknown_count_is_null_never_zero(tmp_path: Path) -> None:
@@ -491,6 +495,9 @@ def test_item5_a_wall_clock_jump_the_monotonic_clock_contradicts_is_flagged(tmp_
     assert cycle["excluded"] is True
     assert "wall clock moved 720.0 h apart from the monotonic clock" in cycle["suspect"][0]
     assert data["totals"]["released_hours"] == 0
+    # The period is the time that passed by the monotonic clock: the span 30 d + 3700 s less the 30-day jump.
+    assert data["environments"][0]["period_hours"] == round(3700 / 3600, 6)  # 1.027778
+    assert data["environments"][0]["clock_adjustment_hours"] == 720.0
     # With --include-suspect: 700 -> 30 d + 3690 = 720.747222 h, the figure the monotonic clock contradicts.
     counted = report_of(path, now=T0 + 40 * 86400, include_suspect=True)
     assert counted["totals"]["released_hours"] == round((jump + 3690 - 700) / 3600, 6)

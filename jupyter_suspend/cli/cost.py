@@ -262,6 +262,8 @@ class CycleCost:
     excluded: bool = False
     #: When the suspend was asked for, and every time the cycle's entries name (for the clock checks).
     requested_at: float | None = None
+    #: The backend checkpoints the server process while the node is away (releases it, keeps live memory).
+    freezes: bool = False
     times: list[float] = field(default_factory=list)
     durations: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -349,12 +351,17 @@ class EnvironmentCost:
     last_entry: float | None = None
     journals: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    #: Seconds of wall-clock jumps the monotonic clock contradicts, taken out of the period (0 with
+    #: ``include_suspect``): the period a bill sees is the time that passed, not the clock's mistake.
+    clock_adjustment: float = 0.0
+    #: The environment whose cycles this one only repeats (a rewritten copy): left out of every total.
+    copy_of: str | None = None
 
     @property
     def period_hours(self) -> float:
-        if self.start is None or self.end is None:
+        if self.start is None or self.end is None or self.copy_of is not None:
             return 0.0
-        return _hours(max(0.0, self.end - self.start) / HOUR)
+        return _hours(max(0.0, self.end - self.start - self.clock_adjustment) / HOUR)
 
     @property
     def counted(self) -> list[CycleCost]:
@@ -512,9 +519,9 @@ def environment_cost(
                 count=len(future),
             )
         )
-    jumps = clock_jumps(entries)
+    jumps = [j for j in clock_jumps(entries) if not any(_frozen(j, c) for c in costs)]
     for cost in costs:
-        _check_clocks(cost, requested.get(cost.cycle_id, {}), jumps, now, last_entry, max_ongoing, torn)
+        _check_clocks(cost, jumps, now, last_entry, max_ongoing, torn)
         if cost.suspect:
             cost.excluded = not include_suspect
             problems.append(
@@ -546,7 +553,10 @@ def environment_cost(
     measured = [c.gpus for c in costs if c.gpu_count_source == "measured" and c.gpus is not None]
     env_gpus = max(measured) if measured else gpus_per_node
     start = min(present, default=None)
-    return EnvironmentCost(name, start, end, costs, env_gpus, cancelled, last_entry, list(journals), problems)
+    env = EnvironmentCost(name, start, end, costs, env_gpus, cancelled, last_entry, list(journals), problems)
+    if not include_suspect:
+        env.clock_adjustment = sum(j.jump for j in jumps)
+    return env
 
 
 def drop_repeated_cycles(environments: Sequence[EnvironmentCost]) -> list[Problem]:
@@ -572,12 +582,42 @@ def drop_repeated_cycles(environments: Sequence[EnvironmentCost]) -> list[Proble
                 )
             else:
                 seen.setdefault(cycle.cycle_id, env.name)
+        repeats = [c for c in env.cycles if any(n.startswith("also in ") for n in c.notes)]
+        if repeats and len(repeats) == len(env.cycles):
+            env.copy_of = seen[repeats[0].cycle_id]
+            problems.append(
+                Problem(
+                    "duplicate_journal",
+                    env.name,
+                    ", ".join(env.journals),
+                    f"holds only cycles of {env.copy_of}: a copy, its period left out of every total",
+                    excluded=True,
+                )
+            )
     return problems
+
+
+def _frozen(jump: ClockJump, cost: CycleCost) -> bool:
+    """The jump is the freeze of a checkpointed server process while its node was released.
+
+    A backend that keeps live memory and releases the node checkpoints the server process and
+    restores it later (GKE Pod Snapshots: gVisor checkpoint/restore). gVisor moves the restored
+    monotonic clock forward by the real time elapsed, "best-effort" (google/gvisor
+    pkg/sentry/kernel/timekeeper.go, Timekeeper.SetClocks), so a live return normally shows no
+    disagreement; where the adjustment falls short, the gap lies within the released interval
+    and is the freeze, not a clock fault."""
+    return (
+        cost.freezes
+        and jump.jump > 0
+        and cost.released_from is not None
+        and cost.released_until is not None
+        and jump.since <= cost.released_until
+        and jump.until >= cost.released_from
+    )
 
 
 def _check_clocks(
     cost: CycleCost,
-    requested: dict[str, Any],
     jumps: list[ClockJump],
     now: float,
     last_entry: float | None,
@@ -589,32 +629,15 @@ def _check_clocks(
     latest = max(times, default=None)
     if latest is not None and latest > now + FUTURE_TOLERANCE:
         cost.suspect.append(f"a time {_describe_hours(latest - now)} after the report's time (a wrong clock)")
-    capabilities = _object(_object(requested.get("backend")).get("capabilities"))
-    # A backend that keeps live memory and releases the node checkpoints the server process and
-    # restores it later (GKE Pod Snapshots: gVisor checkpoint/restore). gVisor moves the restored
-    # monotonic clock forward by the real time elapsed, "best-effort" (google/gvisor
-    # pkg/sentry/kernel/timekeeper.go, Timekeeper.SetClocks), so a live return normally shows no
-    # disagreement; where the adjustment falls short, the gap lies within the released interval
-    # and is the freeze, not a clock fault.
-    freezes = bool(capabilities.get("releases_node")) and bool(capabilities.get("keeps_live_memory"))
     start = cost.requested_at
     end = max(times, default=None)
     for jump in jumps:
         if not _overlaps(jump, start, end):
             continue
-        frozen = (
-            freezes
-            and jump.jump > 0
-            and cost.released_from is not None
-            and cost.released_until is not None
-            and jump.since <= cost.released_until
-            and jump.until >= cost.released_from
+        cost.suspect.append(
+            f"the wall clock moved {_describe_hours(jump.jump)} apart from the monotonic clock between "
+            f"entries {jump.seq[0]} and {jump.seq[1]} of one server process"
         )
-        if not frozen:
-            cost.suspect.append(
-                f"the wall clock moved {_describe_hours(jump.jump)} apart from the monotonic clock between "
-                f"entries {jump.seq[0]} and {jump.seq[1]} of one server process"
-            )
     if cost.released_ongoing and last_entry is not None and cost.released_from is not None:
         if now - last_entry > max_ongoing:
             cost.suspect.append(
@@ -749,6 +772,7 @@ def _cycle_cost(
         notes=_unique_notes(notes),
     )
     cost.requested_at = requested_at
+    cost.freezes = node_released and bool(capabilities.get("keeps_live_memory"))
     cost.times = [*seen, *(a.requested_at for a in attempts)]
     return cost
 
@@ -839,6 +863,8 @@ def report(environments: Sequence[EnvironmentCost]) -> dict[str, Any]:
                 "gpu_hours_kept_allocated": totals["gpu_hours_kept_allocated"],
                 "cycles": totals["cycles"],
                 "excluded_cycles": totals["excluded_cycles"],
+                "clock_adjustment_hours": _hours(env.clock_adjustment / HOUR),
+                "copy_of": env.copy_of,
             }
         )
     known = [g for g in gpu_parts if g["observed"] is not None and g["released"] is not None]
