@@ -697,7 +697,8 @@ def _cycle_cost(
         gpus, source = len(devices), "measured"
     elif gpus_per_node is not None:
         gpus, source = gpus_per_node, "assumed"
-        notes.append(f"GPU count not measured: --gpus-per-node {gpus_per_node} assumed")
+        if released_from is not None:  # the count prices something: say where it came from
+            notes.append(f"GPU count not measured: --gpus-per-node {gpus_per_node} assumed")
     else:
         gpus, source = None, "unknown"
 
