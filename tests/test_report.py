@@ -229,6 +229,8 @@ def test_html_without_matplotlib_says_so_and_exits_1(tmp_path: Path) -> None:
         ((str(JOURNALS), "--gpus-per-node=many"), "many"),
         ((str(JOURNALS), "--html={empty}"), "is a directory"),
         ((str(JOURNALS), "--html={empty}/missing/report.html"), "its folder does not exist"),
+        ((str(JOURNALS), "--max-ongoing=0"), "--max-ongoing: '0' must be more than 0"),
+        ((str(JOURNALS), "--max-ongoing=soon"), "--max-ongoing: bad duration 'soon'"),
     ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
@@ -469,6 +471,9 @@ def test_item5_a_torn_last_line_does_not_leave_a_cycle_ongoing_for_months(tmp_pa
     kinds = [p["kind"] for p in data["problems"]]
     assert kinds == ["unreadable_lines", "suspect_clock"]
     # Counted on request: from the release (700) to now.
+    done = run(str(path), "--include-suspect", "--json")
+    assert json.loads(done.stdout)["include_suspect"] is True
+    assert json.loads(done.stdout)["cycles"][0]["excluded"] is False
     counted = report_of(path, now=now, include_suspect=True)
     assert counted["totals"]["released_hours"] == round((337 * 86400 - 700) / 3600, 6)  # 8087.805556 h
     # Without the torn line, an ongoing cycle whose journal's last entry is older than the bound is suspect too.
