@@ -394,7 +394,8 @@ def test_item1_the_same_journal_twice_a_folder_and_its_file_or_a_backup_copy_cou
     copied = report_of(tmp_path / "envs")
     assert copied["totals"] == once["totals"]
     [env] = [e for e in copied["environments"] if "gke" in e["environment"]]
-    assert len(env["journals"]) == 2
+    assert env["environment"] == "gke"  # named after the live journal, the one with the newest entry
+    assert env["journals"] == [str(gke), str(tmp_path / "envs/gke/journal.backup.jsonl")]
     assert [p["kind"] for p in copied["problems"]] == ["duplicate_journal"]
 
     # A copy whose lines were rewritten by another process (no entry shared) still holds cycle c-gke: once.

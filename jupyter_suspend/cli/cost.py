@@ -174,7 +174,6 @@ def combine_journals(reads: Sequence[JournalRead]) -> tuple[list[EnvironmentJour
         groups.setdefault(root(index), []).append(index)
     out = []
     for members in sorted(groups.values()):
-        first = files[members[0]][0]
         if len(members) == 1:
             read, unique, _ = files[members[0]]
             out.append(EnvironmentJournal(read.name, [read.path], unique, read.torn))
@@ -184,22 +183,26 @@ def combine_journals(reads: Sequence[JournalRead]) -> tuple[list[EnvironmentJour
             for entry in files[index][1]:
                 merged.setdefault(entry_key(entry), entry)
         entries = sorted(merged.values(), key=lambda e: int(e["seq"]))
-        paths = [files[i][0].path for i in members]
-        for index in members[1:]:
+        # The live journal is the one holding the newest entry: it names the environment, and
+        # only its torn tail can hide how a cycle ended.
+        live = next(i for i in members if entry_key(entries[-1]) in files[i][2])
+        main = files[live][0]
+        for index in members:
+            if index == live:
+                continue
             read, _, keys = files[index]
-            shared = len(keys & files[members[0]][2]) if index != members[0] else 0
             problems.append(
                 Problem(
                     "duplicate_journal",
-                    first.name,
+                    main.name,
                     read.path,
-                    f"{read.path} holds entries of the same environment as {first.path}"
-                    + (f" ({shared} shared)" if shared else "")
-                    + ": read as one environment, each entry once",
+                    f"{read.path} holds entries of the same environment as {main.path} "
+                    f"({len(keys & files[live][2])} shared): read as one environment, each entry once",
                     excluded=True,
                 )
             )
-        out.append(EnvironmentJournal(first.name, paths, entries, any(files[i][0].torn for i in members)))
+        paths = [main.path, *(files[i][0].path for i in members if i != live)]
+        out.append(EnvironmentJournal(main.name, paths, entries, main.torn))
     return out, problems
 
 
