@@ -461,9 +461,10 @@ def environment_cost(
 
     Odd clocks make a cycle *suspect* (a problem each, left out of the totals unless
     ``include_suspect``): a timestamp later than ``now``; the wall clock moving apart from the
-    monotonic clock of the same process across the cycle (unless the backend froze the process
-    while the node was released, which is how a live return looks); an interval still open that
-    the journal's last entry no longer vouches for (older than ``max_ongoing``, or a torn tail)."""
+    monotonic clock of the same process across the cycle (unless it is the freeze of a live
+    return, :func:`_frozen`); an interval still open that the journal's last entry no longer
+    vouches for (older than ``max_ongoing``, or a torn tail). Unless ``include_suspect``, the
+    period leaves out the jumps the monotonic clock contradicts."""
     requested = _by_operation(entries, "suspend_requested")
     flushed = _by_operation(entries, "flushed")
     snapshot_sizes: dict[str, tuple[float, int]] = {}
@@ -547,7 +548,9 @@ def environment_cost(
                     name,
                     journal,
                     f"the wall clock moved {_describe_hours(jump.jump)} apart from the monotonic clock between "
-                    f"entries {jump.seq[0]} and {jump.seq[1]} (no cycle concerned)",
+                    f"entries {jump.seq[0]} and {jump.seq[1]} (no cycle concerned)"
+                    + ("" if include_suspect else ": the period counts the monotonic clock's time there"),
+                    excluded=not include_suspect,
                 )
             )
     end = last_entry
@@ -896,7 +899,12 @@ def report(environments: Sequence[EnvironmentCost]) -> dict[str, Any]:
                 "allocated": known_gpu["allocated"] if all_known else None,
             },
             "gpu_node_hours_known": known_gpu,
-            "gpu_count_unknown_environments": [env.name for env in environments if env.gpus is None],
+            # Unknown: no count for the environment, or for one of its cycles that released the node.
+            "gpu_count_unknown_environments": [
+                env.name
+                for env, gpu in zip(environments, gpu_parts, strict=True)
+                if gpu["observed"] is None or gpu["released"] is None
+            ],
         },
         "by_class": {name: summarize([c for c in cycles if c.workload_class == name]) for name in classes},
         "auto_suspends": {
