@@ -207,6 +207,21 @@ def test_item3_after_an_acknowledged_failure_work_is_work_in_simulate_as_in_repo
     assert (measured["suspend_seconds"], measured["resume_seconds"]) == (100.0, 200.0)
 
 
+def test_item1_simulate_counts_a_journal_given_twice_or_copied_once(tmp_path: Path) -> None:
+    path = failed_then_acknowledged(tmp_path)
+    once = run_json(str(path), "--thresholds=5m,1h", "--suspend-seconds=0", "--resume-seconds=0")
+    twice = run_json(str(path), str(tmp_path), "--thresholds=5m,1h", "--suspend-seconds=0", "--resume-seconds=0")
+    copy = Journal("boot-rewritten")  # the same cycles written again by another process: no entry shared
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    copy.entries = [{**e, "boot_id": "boot-rewritten"} for e in lines]
+    rewritten = copy.write(tmp_path / "copy/journal.jsonl")
+    copied = run_json(str(path), str(rewritten), "--thresholds=5m,1h", "--suspend-seconds=0", "--resume-seconds=0")
+    for data in (twice, copied):
+        assert data["classes"] == once["classes"]  # 6700 s and 600 s, 2 and 1 interruptions, 1 environment
+    assert [p["kind"] for p in twice["problems"]] == ["duplicate_journal"]
+    assert [p["kind"] for p in copied["problems"]] == ["duplicate_cycle", "duplicate_cycle", "duplicate_journal"]
+
+
 def test_item7_simulate_on_a_local_journal_says_the_node_is_never_released(tmp_path: Path) -> None:
     path = local_journal().write(tmp_path / "local/journal.jsonl")
     [group] = run_json(str(path), "--thresholds=5m")["classes"]

@@ -167,8 +167,8 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         measured: dict[str, list[cost.CycleCost]] = {}
         keeps_node: dict[str, set[bool]] = {}
         for env in envs:
-            if any(c.excluded and c.suspect for c in env.cycles):
-                continue  # odd clocks: its activity cannot be trusted (named in problems)
+            if env.copy_of is not None or any(c.excluded and c.suspect for c in env.cycles):
+                continue  # a copy of another environment, or odd clocks (named in problems)
             counted = env.counted
             # An environment belongs to the class most of its suspends had.
             classes = Counter(c.workload_class for c in counted)
