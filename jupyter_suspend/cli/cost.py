@@ -59,7 +59,173 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+# -- journals: one environment's entries, each once ------------------------------------
+
+#: An entry is the one its writer numbered: a server process (``boot_id``, a random id per
+#: process) numbers its entries with the journal's ``seq``, so the pair names one entry of one
+#: environment wherever a copy of it is found.
+EntryKey = tuple[str, int]
+
+
+def entry_key(entry: dict[str, Any]) -> EntryKey:
+    return (str(entry["boot_id"]), int(entry["seq"]))
+
+
+@dataclass
+class Problem:
+    """Something in the journals that a reader of the figures must know (``problems`` of the output)."""
+
+    kind: str
+    environment: str
+    journal: str
+    message: str
+    #: The cycle concerned, if one.
+    cycle_id: str | None = None
+    #: Whether the figures leave it out (suspect cycles without ``--include-suspect``, duplicates).
+    excluded: bool = False
+    count: int | None = None
+    first: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "environment": self.environment,
+            "journal": self.journal,
+            "cycle_id": self.cycle_id,
+            "message": self.message,
+            "excluded": self.excluded,
+        }
+        if self.count is not None:
+            out["count"] = self.count
+        if self.first is not None:
+            out["first"] = self.first
+        return out
+
+
+@dataclass
+class JournalRead:
+    """One journal file as read: its display name, path, valid entries and whether its tail was torn."""
+
+    name: str
+    path: str
+    entries: list[dict[str, Any]]
+    torn: bool = False
+
+
+@dataclass
+class EnvironmentJournal:
+    """The entries of one environment, each once, from one or more journal files."""
+
+    name: str
+    journals: list[str]
+    entries: list[dict[str, Any]]
+    torn: bool = False
+
+
+def combine_journals(reads: Sequence[JournalRead]) -> tuple[list[EnvironmentJournal], list[Problem]]:
+    """Journals grouped into environments by the entries they share, each entry counted once.
+
+    A journal is identified by what it holds, not by its path: the same file named twice, a
+    folder and a file inside it, or a backup copy beside the live journal share entries (the
+    same ``boot_id`` and ``seq``) and are read as one environment; an entry repeated within a
+    file (a journal concatenated with itself) is read once. Each duplicate is named."""
+    problems: list[Problem] = []
+    files: list[tuple[JournalRead, list[dict[str, Any]], set[EntryKey]]] = []
+    for read in reads:
+        seen: set[EntryKey] = set()
+        unique = []
+        for entry in read.entries:
+            key = entry_key(entry)
+            if key not in seen:
+                seen.add(key)
+                unique.append(entry)
+        repeated = len(read.entries) - len(unique)
+        if repeated:
+            problems.append(
+                Problem(
+                    "duplicate_entries",
+                    read.name,
+                    read.path,
+                    f"{repeated} entr{'y' if repeated == 1 else 'ies'} repeated within the journal (the same "
+                    "server process and sequence number): each counted once",
+                    excluded=True,
+                    count=repeated,
+                )
+            )
+        files.append((read, unique, seen))
+    # Union of the files that share an entry.
+    parent = list(range(len(files)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[EntryKey, int] = {}
+    for index, (_, _, keys) in enumerate(files):
+        for key in keys:
+            if key in owner:
+                parent[root(index)] = root(owner[key])
+            else:
+                owner[key] = index
+    groups: dict[int, list[int]] = {}
+    for index in range(len(files)):
+        groups.setdefault(root(index), []).append(index)
+    out = []
+    for members in sorted(groups.values()):
+        if len(members) == 1:
+            read, unique, _ = files[members[0]]
+            out.append(EnvironmentJournal(read.name, [read.path], unique, read.torn))
+            continue
+        merged: dict[EntryKey, dict[str, Any]] = {}
+        for index in members:
+            for entry in files[index][1]:
+                merged.setdefault(entry_key(entry), entry)
+        entries = sorted(merged.values(), key=lambda e: int(e["seq"]))
+        # The live journal is the one holding the newest entry: it names the environment, and
+        # only its torn tail can hide how a cycle ended.
+        live = next(i for i in members if entry_key(entries[-1]) in files[i][2])
+        main = files[live][0]
+        for index in members:
+            if index == live:
+                continue
+            read, _, keys = files[index]
+            problems.append(
+                Problem(
+                    "duplicate_journal",
+                    main.name,
+                    read.path,
+                    f"{read.path} holds entries of the same environment as {main.path} "
+                    f"({len(keys & files[live][2])} shared): read as one environment, each entry once",
+                    excluded=True,
+                )
+            )
+        paths = [main.path, *(files[i][0].path for i in members if i != live)]
+        out.append(EnvironmentJournal(main.name, paths, entries, main.torn))
+    return out, problems
+
+
 # -- report ---------------------------------------------------------------------------
+
+#: How far the wall clock may run from the monotonic clock between two entries of one process
+#: before the interval is suspect (NTP slews by at most 500 ppm; 60 s covers a step correction).
+CLOCK_TOLERANCE = 60.0
+#: A timestamp this much later than the report's time is "in the future".
+FUTURE_TOLERANCE = 300.0
+#: An interval still open is believed until now only while the journal's last entry is this recent.
+DEFAULT_MAX_ONGOING = 7 * DAY
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a report is computed with."""
+
+    now: float
+    gpus_per_node: int | None = None
+    #: Count suspect cycles (odd clocks) in the totals instead of leaving them out.
+    include_suspect: bool = False
+    max_ongoing: float = DEFAULT_MAX_ONGOING
 
 
 @dataclass
@@ -80,13 +246,28 @@ class CycleCost:
     node_released: bool
     gpus: int | None
     gpu_count_source: str
-    kernel_memory_bytes: int
-    gpu_memory_bytes: int
+    kernel_memory_bytes: int | None
+    gpu_memory_bytes: int | None
     checkpoint_bytes: int
     snapshot_bytes: int | None
     storage_gb_days: float
     resume_to_runnable: float | None
     node_other_workloads: str
+    #: When the user's work ended before the suspend, and when it could go on again
+    #: (first runnable cell, restore, or the state left suspended/failed): what ``simulate`` reads.
+    active_work_ended: float | None = None
+    back_at: float | None = None
+    resume_attempts: int = 0
+    resume_attempts_failed: int = 0
+    #: Why the cycle's figures are not to be trusted (odd clocks); empty: none.
+    suspect: list[str] = field(default_factory=list)
+    #: Left out of the totals (suspect, without ``--include-suspect``).
+    excluded: bool = False
+    #: When the suspend was asked for, and every time the cycle's entries name (for the clock checks).
+    requested_at: float | None = None
+    #: The backend checkpoints the server process while the node is away (releases it, keeps live memory).
+    freezes: bool = False
+    times: list[float] = field(default_factory=list)
     durations: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -94,7 +275,7 @@ class CycleCost:
     def released_hours(self) -> float:
         if self.released_from is None or self.released_until is None:
             return 0.0
-        return max(0.0, self.released_until - self.released_from) / HOUR
+        return _hours(max(0.0, self.released_until - self.released_from) / HOUR)
 
     @property
     def node_hours_released(self) -> float:
@@ -102,7 +283,22 @@ class CycleCost:
 
     @property
     def gpu_hours_released(self) -> float | None:
-        return None if self.gpus is None else self.gpus * self.released_hours
+        """GPU-hours given back to the cloud: 0 when nothing was released or the node stays."""
+        if self.released_hours == 0 or not self.node_released:
+            return 0.0
+        return None if self.gpus is None else _hours(self.gpus * self.released_hours)
+
+    @property
+    def gpu_hours_kept_allocated(self) -> float | None:
+        """GPU-hours of a suspend that kept its node (local): the GPUs stayed allocated, idle."""
+        if self.released_hours == 0 or self.node_released:
+            return 0.0
+        return None if self.gpus is None else _hours(self.gpus * self.released_hours)
+
+    def memory_gib_hours(self, size: int | None) -> float | None:
+        if self.released_hours == 0:
+            return 0.0
+        return None if size is None else _hours(size / GIB * self.released_hours)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,29 +309,40 @@ class CycleCost:
             "origin": self.origin,
             "reason": self.reason,
             "result": self.result,
-            "released_hours": _round(self.released_hours),
+            "released_hours": self.released_hours,
             "released_ongoing": self.released_ongoing,
             "node_released": self.node_released,
-            "node_hours_released": _round(self.node_hours_released),
+            "node_hours_released": self.node_hours_released,
             "gpus": self.gpus,
             "gpu_count_source": self.gpu_count_source,
-            "gpu_hours_released": _round(self.gpu_hours_released),
-            "kernel_memory_gib_hours": _round(self.kernel_memory_bytes / GIB * self.released_hours),
-            "gpu_memory_gib_hours": _round(self.gpu_memory_bytes / GIB * self.released_hours),
+            "gpu_hours_released": self.gpu_hours_released,
+            "gpu_hours_kept_allocated": self.gpu_hours_kept_allocated,
+            "kernel_memory_gib_hours": self.memory_gib_hours(self.kernel_memory_bytes),
+            "gpu_memory_gib_hours": self.memory_gib_hours(self.gpu_memory_bytes),
             "checkpoint_bytes": self.checkpoint_bytes,
             "snapshot_bytes": self.snapshot_bytes,
             "data_stored_bytes": self.checkpoint_bytes + (self.snapshot_bytes or 0),
             "storage_gb_days": _round(self.storage_gb_days),
             "resume_to_runnable_seconds": self.resume_to_runnable,
+            "resume_attempts": self.resume_attempts,
+            "resume_attempts_failed": self.resume_attempts_failed,
             "node_other_workloads": self.node_other_workloads,
+            "suspect": self.suspect,
+            "excluded": self.excluded,
             "durations": self.durations,
             "notes": self.notes,
         }
 
 
+def _hours(value: float) -> float:
+    """Hours are rounded once, where they are computed (6 decimals: 3.6 ms); every sum and
+    difference is then made of the rounded parts, so the printed figures add up exactly."""
+    return round(value, 6)
+
+
 @dataclass
 class EnvironmentCost:
-    """One journal: one environment over the period it covers."""
+    """One environment over the period its journal covers."""
 
     name: str
     start: float | None
@@ -143,12 +350,25 @@ class EnvironmentCost:
     cycles: list[CycleCost]
     gpus: int | None
     auto_suspends_cancelled: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The journal's last entry (``end`` runs on to now while a cycle is still suspended).
+    last_entry: float | None = None
+    journals: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    #: Seconds of wall-clock jumps the monotonic clock contradicts, taken out of the period (0 with
+    #: ``include_suspect``): the period a bill sees is the time that passed, not the clock's mistake.
+    clock_adjustment: float = 0.0
+    #: The environment whose cycles this one only repeats (a rewritten copy): left out of every total.
+    copy_of: str | None = None
 
     @property
     def period_hours(self) -> float:
-        if self.start is None or self.end is None:
+        if self.start is None or self.end is None or self.copy_of is not None:
             return 0.0
-        return max(0.0, self.end - self.start) / HOUR
+        return _hours(max(0.0, self.end - self.start - self.clock_adjustment) / HOUR)
+
+    @property
+    def counted(self) -> list[CycleCost]:
+        return [c for c in self.cycles if not c.excluded]
 
 
 def _by_operation(entries: Iterable[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -184,10 +404,67 @@ def _result(c: Cycle) -> str:
     return "suspended"
 
 
+def _unique_notes(notes: Iterable[str]) -> list[str]:
+    """Each note once, in order; a repeated one says how often."""
+    counts = Counter(notes)
+    out = []
+    for note in dict.fromkeys(notes):
+        out.append(note if counts[note] == 1 else f"{note} ({counts[note]} times)")
+    return out
+
+
+@dataclass(frozen=True)
+class ClockJump:
+    """Two consecutive entries of one server process whose wall clocks moved apart from their monotonic clocks."""
+
+    since: float
+    until: float
+    jump: float  # seconds the wall clock moved more than the monotonic clock (negative: back)
+    seq: tuple[int, int]
+
+
+def clock_jumps(entries: Sequence[dict[str, Any]]) -> list[ClockJump]:
+    """Where the wall clock and the monotonic clock of one process disagree by more than the tolerance."""
+    last: dict[str, dict[str, Any]] = {}
+    out = []
+    for entry in entries:
+        boot = str(entry["boot_id"])
+        before = last.get(boot)
+        last[boot] = entry
+        if before is None:
+            continue
+        walls = float(entry["wall"]) - float(before["wall"])
+        monotonic = float(entry["monotonic"]) - float(before["monotonic"])
+        jump = walls - monotonic
+        if abs(jump) > CLOCK_TOLERANCE + 0.001 * abs(monotonic):
+            since, until = sorted((float(before["wall"]), float(entry["wall"])))
+            out.append(ClockJump(since, until, jump, (int(before["seq"]), int(entry["seq"]))))
+    return out
+
+
+def _describe_hours(seconds: float) -> str:
+    return f"{seconds / HOUR:.1f} h" if abs(seconds) >= HOUR else f"{seconds:.0f} s"
+
+
 def environment_cost(
-    name: str, entries: list[dict[str, Any]], now: float, gpus_per_node: int | None
+    name: str,
+    entries: list[dict[str, Any]],
+    now: float,
+    gpus_per_node: int | None,
+    *,
+    include_suspect: bool = False,
+    max_ongoing: float = DEFAULT_MAX_ONGOING,
+    torn: bool = False,
+    journals: Sequence[str] = (),
 ) -> EnvironmentCost:
-    """Every cycle of one journal priced; ``now`` ends what is still suspended (and the period)."""
+    """Every cycle of one environment's journal priced; ``now`` ends what is still suspended (and the period).
+
+    Odd clocks make a cycle *suspect* (a problem each, left out of the totals unless
+    ``include_suspect``): a timestamp later than ``now``; the wall clock moving apart from the
+    monotonic clock of the same process across the cycle (unless it is the freeze of a live
+    return, :func:`_frozen`); an interval still open that the journal's last entry no longer
+    vouches for (older than ``max_ongoing``, or a torn tail). Unless ``include_suspect``, the
+    period leaves out the jumps the monotonic clock contradicts."""
     requested = _by_operation(entries, "suspend_requested")
     flushed = _by_operation(entries, "flushed")
     snapshot_sizes: dict[str, tuple[float, int]] = {}
@@ -213,8 +490,9 @@ def environment_cost(
         for e in entries
         if e.get("kind") in ("transition", "recovered") and e.get("to") in ("running", "ready", "flushing")
     )
-    cycles = replay(entries).cycles
     walls = [float(e["wall"]) for e in entries]
+    present = [w for w in walls if w <= now + FUTURE_TOLERANCE]
+    last_entry = max(present, default=None)
     costs = [
         _cycle_cost(
             name,
@@ -228,15 +506,156 @@ def environment_cost(
             now,
             gpus_per_node,
         )
-        for c in cycles
+        for c in replay(entries).cycles
     ]
-    end = max(walls, default=None)
-    if end is not None and any(c.released_ongoing for c in costs):
+    problems: list[Problem] = []
+    journal = ", ".join(journals)
+    future = [w for w in walls if w > now + FUTURE_TOLERANCE]
+    if future:
+        problems.append(
+            Problem(
+                "future_timestamp",
+                name,
+                journal,
+                f"{len(future)} entr{'y' if len(future) == 1 else 'ies'} dated after the report's time "
+                f"(the latest {_describe_hours(max(future) - now)} ahead): a wrong clock; not counted in the period",
+                excluded=not include_suspect,
+                count=len(future),
+            )
+        )
+    jumps = [j for j in clock_jumps(entries) if not any(_frozen(j, c) for c in costs)]
+    for cost in costs:
+        _check_clocks(cost, jumps, now, last_entry, max_ongoing, torn)
+        if cost.suspect:
+            cost.excluded = not include_suspect
+            problems.append(
+                Problem(
+                    "suspect_clock",
+                    name,
+                    journal,
+                    f"cycle {cost.cycle_id}: "
+                    + "; ".join(cost.suspect)
+                    + ("" if include_suspect else " (left out of the totals; --include-suspect counts it)"),
+                    cycle_id=cost.cycle_id,
+                    excluded=cost.excluded,
+                )
+            )
+    for jump in jumps:
+        if not any(_overlaps(jump, c.requested_at, max(c.times, default=None)) for c in costs):
+            problems.append(
+                Problem(
+                    "suspect_clock",
+                    name,
+                    journal,
+                    f"the wall clock moved {_describe_hours(jump.jump)} apart from the monotonic clock between "
+                    f"entries {jump.seq[0]} and {jump.seq[1]} (no cycle concerned)"
+                    + ("" if include_suspect else ": the period counts the monotonic clock's time there"),
+                    excluded=not include_suspect,
+                )
+            )
+    end = last_entry
+    if end is not None and any(c.released_ongoing and not c.excluded for c in costs):
         end = max(end, now)
     measured = [c.gpus for c in costs if c.gpu_count_source == "measured" and c.gpus is not None]
-    releases_node = any(c.node_released for c in costs)
-    env_gpus = max(measured) if measured else (gpus_per_node if releases_node else None)
-    return EnvironmentCost(name, min(walls, default=None), end, costs, env_gpus, cancelled)
+    env_gpus = max(measured) if measured else gpus_per_node
+    start = min(present, default=None)
+    env = EnvironmentCost(name, start, end, costs, env_gpus, cancelled, last_entry, list(journals), problems)
+    if not include_suspect:
+        env.clock_adjustment = sum(j.jump for j in jumps)
+    return env
+
+
+def drop_repeated_cycles(environments: Sequence[EnvironmentCost]) -> list[Problem]:
+    """A cycle id (a suspend's operation id: random per suspend) already counted in an earlier
+    environment is left out of a later one: two journals that hold it are copies, whatever their
+    paths, even when they share no entry (a copy whose lines were rewritten)."""
+    seen: dict[str, str] = {}
+    problems = []
+    for env in environments:
+        for cycle in env.cycles:
+            if cycle.cycle_id in seen and not cycle.excluded:
+                cycle.excluded = True
+                cycle.notes.append(f"also in {seen[cycle.cycle_id]}: counted there")
+                problems.append(
+                    Problem(
+                        "duplicate_cycle",
+                        env.name,
+                        ", ".join(env.journals),
+                        f"cycle {cycle.cycle_id} is also in {seen[cycle.cycle_id]}: counted once, there",
+                        cycle_id=cycle.cycle_id,
+                        excluded=True,
+                    )
+                )
+            else:
+                seen.setdefault(cycle.cycle_id, env.name)
+        repeats = [c for c in env.cycles if any(n.startswith("also in ") for n in c.notes)]
+        if repeats and len(repeats) == len(env.cycles):
+            env.copy_of = seen[repeats[0].cycle_id]
+            problems.append(
+                Problem(
+                    "duplicate_journal",
+                    env.name,
+                    ", ".join(env.journals),
+                    f"holds only cycles of {env.copy_of}: a copy, its period left out of every total",
+                    excluded=True,
+                )
+            )
+    return problems
+
+
+def _frozen(jump: ClockJump, cost: CycleCost) -> bool:
+    """The jump is the freeze of a checkpointed server process while its node was released.
+
+    A backend that keeps live memory and releases the node checkpoints the server process and
+    restores it later (GKE Pod Snapshots: gVisor checkpoint/restore). gVisor moves the restored
+    monotonic clock forward by the real time elapsed, "best-effort" (google/gvisor
+    pkg/sentry/kernel/timekeeper.go, Timekeeper.SetClocks), so a live return normally shows no
+    disagreement; where the adjustment falls short, the gap lies within the released interval
+    and is the freeze, not a clock fault."""
+    return (
+        cost.freezes
+        and jump.jump > 0
+        and cost.released_from is not None
+        and cost.released_until is not None
+        and jump.since <= cost.released_until
+        and jump.until >= cost.released_from
+    )
+
+
+def _check_clocks(
+    cost: CycleCost,
+    jumps: list[ClockJump],
+    now: float,
+    last_entry: float | None,
+    max_ongoing: float,
+    torn: bool,
+) -> None:
+    """Why the cycle's clocks cannot be trusted, into ``cost.suspect``."""
+    times = cost.times
+    latest = max(times, default=None)
+    if latest is not None and latest > now + FUTURE_TOLERANCE:
+        cost.suspect.append(f"a time {_describe_hours(latest - now)} after the report's time (a wrong clock)")
+    start = cost.requested_at
+    end = max(times, default=None)
+    for jump in jumps:
+        if not _overlaps(jump, start, end):
+            continue
+        cost.suspect.append(
+            f"the wall clock moved {_describe_hours(jump.jump)} apart from the monotonic clock between "
+            f"entries {jump.seq[0]} and {jump.seq[1]} of one server process"
+        )
+    if cost.released_ongoing and last_entry is not None and cost.released_from is not None:
+        if now - last_entry > max_ongoing:
+            cost.suspect.append(
+                f"still suspended by the journal, but its last entry is {_describe_hours(now - last_entry)} old "
+                f"(more than the {_describe_hours(max_ongoing)} bound): how it ended may be missing"
+            )
+        elif torn:
+            cost.suspect.append("still suspended by the journal, whose last line is torn: how it ended may be lost")
+
+
+def _overlaps(jump: ClockJump, start: float | None, end: float | None) -> bool:
+    return start is not None and end is not None and jump.since < end and jump.until > start
 
 
 def _cycle_cost(
@@ -264,11 +683,15 @@ def _cycle_cost(
     released_until = next(
         (c.marks[m] for m in ("capacity_available", "restored", "first_cell_runnable") if m in c.marks), None
     )
+    requested_at = c.marks.get("suspend_requested")
+    left_at = next((at for at in left if requested_at is not None and at > (released_from or requested_at)), None)
+    back_at = next((c.marks[m] for m in ("first_cell_runnable", "restored") if m in c.marks), None)
+    if back_at is None and result != "aborted":
+        back_at = left_at
     ongoing = False
     if result == "aborted" or released_from is None:
         released_from = released_until = None
     elif released_until is None:
-        left_at = next((at for at in left if at > released_from), None)
         if left_at is not None:
             released_until = left_at
             notes.append("left the suspended state without a restore")
@@ -278,9 +701,10 @@ def _cycle_cost(
     devices = released.get("gpu_devices")
     if released.get("gpu_measurement") == GPU_MEASURED and isinstance(devices, list):
         gpus, source = len(devices), "measured"
-    elif node_released and gpus_per_node is not None:
+    elif gpus_per_node is not None:
         gpus, source = gpus_per_node, "assumed"
-        notes.append(f"GPU count not measured: --gpus-per-node {gpus_per_node} assumed")
+        if released_from is not None:  # the count prices something: say where it came from
+            notes.append(f"GPU count not measured: --gpus-per-node {gpus_per_node} assumed")
     else:
         gpus, source = None, "unknown"
 
@@ -291,12 +715,16 @@ def _cycle_cost(
     if stored_from is not None and stored_until is not None:
         storage += checkpoint_bytes / GB * max(0.0, stored_until - stored_from) / DAY
     snapshot_bytes: int | None = None
+    seen = [*c.marks.values()]
     if c.id in snapshot_sizes:
         ready_at, snapshot_bytes = snapshot_sizes[c.id]
         kept_until = deleted.get(c.id)
+        seen.append(ready_at)
         if kept_until is None:
             kept_until = now
             notes.append("snapshot not deleted in this journal: stored until the report's end")
+        else:
+            seen.append(kept_until)
         storage += snapshot_bytes / GB * max(0.0, kept_until - ready_at) / DAY
 
     if c.id in other_work:
@@ -307,7 +735,22 @@ def _cycle_cost(
         others = "unknown"
 
     durations = cycle_to_dict(c, now)["durations"]
-    return CycleCost(
+    attempts = c.resume_attempts
+    wait = durations.get("resume_to_runnable")
+    runnable = c.marks.get("first_cell_runnable")
+    if attempts and runnable is not None:
+        # The user waited from the first request of this return, failed attempts included.
+        first = min(a.requested_at for a in attempts)
+        if first < c.marks.get("resume_requested", first):
+            wait = round(runnable - first, 3)
+    failed = sum(1 for a in attempts if a.outcome == "failed")
+    if failed:
+        notes.append(
+            f"{failed} failed resume attempt(s) before the return (counted in the wait)"
+            if runnable
+            else f"{failed} failed resume attempt(s)"
+        )
+    cost = CycleCost(
         environment=environment,
         cycle_id=c.id,
         backend=str(c.data.get("backend") or backend.get("name") or "unknown"),
@@ -321,42 +764,84 @@ def _cycle_cost(
         node_released=node_released,
         gpus=gpus,
         gpu_count_source=source,
-        kernel_memory_bytes=int(_number(released.get("kernel_memory_bytes")) or 0),
-        gpu_memory_bytes=int(_number(released.get("gpu_memory_bytes")) or 0),
+        kernel_memory_bytes=_size(released.get("kernel_memory_bytes")),
+        gpu_memory_bytes=_size(released.get("gpu_memory_bytes")),
         checkpoint_bytes=checkpoint_bytes,
         snapshot_bytes=snapshot_bytes,
         storage_gb_days=storage,
-        resume_to_runnable=durations.get("resume_to_runnable"),
+        resume_to_runnable=wait,
         node_other_workloads=others,
+        active_work_ended=c.marks.get("active_work_ended", requested_at),
+        back_at=back_at,
+        resume_attempts=len(attempts),
+        resume_attempts_failed=failed,
         durations=durations,
-        notes=notes,
+        notes=_unique_notes(notes),
     )
+    cost.requested_at = requested_at
+    cost.freezes = node_released and bool(capabilities.get("keeps_live_memory"))
+    cost.times = [*seen, *(a.requested_at for a in attempts)]
+    return cost
+
+
+def _size(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None or number < 0 else int(number)
+
+
+def _known(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+    """(total, or None when a part is unknown; the known parts' total, or None when none is known; unknown count)."""
+    known = [v for v in values if v is not None]
+    unknown = len(values) - len(known)
+    known_total = _hours(sum(known)) if known else None
+    return (known_total if unknown == 0 else None), known_total, unknown
 
 
 def summarize(cycles: Sequence[CycleCost]) -> dict[str, Any]:
-    """Totals of a set of cycles (all of them, or one workload class)."""
-    results = Counter(c.result for c in cycles)
+    """Totals of a set of cycles (all of them, or one workload class): excluded cycles are only counted."""
+    counted = [c for c in cycles if not c.excluded]
+    results = Counter(c.result for c in counted)
     ended = results["live"] + results["cold"] + results["failed"]
-    waits = [c.resume_to_runnable for c in cycles if c.resume_to_runnable is not None]
-    gpu_hours = [c.gpu_hours_released for c in cycles]
-    known = [g for g in gpu_hours if g is not None]
+    waits = [c.resume_to_runnable for c in counted if c.resume_to_runnable is not None]
+    gpu, gpu_known, gpu_unknown = _known([c.gpu_hours_released for c in counted])
+    kept, kept_known, kept_unknown = _known([c.gpu_hours_kept_allocated for c in counted])
+    kernel, kernel_known, kernel_unknown = _known([c.memory_gib_hours(c.kernel_memory_bytes) for c in counted])
+    gpu_memory, gpu_memory_known, gpu_memory_unknown = _known([c.memory_gib_hours(c.gpu_memory_bytes) for c in counted])
     return {
-        "cycles": len(cycles),
+        "cycles": len(counted),
+        "excluded_cycles": len(cycles) - len(counted),
         "results": {name: results[name] for name in ("live", "cold", "failed", "aborted", "suspended")},
         "rates": {name: _round(results[name] / ended, 4) if ended else None for name in ("live", "cold", "failed")},
-        "released_hours": _round(sum(c.released_hours for c in cycles)),
-        "node_hours_released": _round(sum(c.node_hours_released for c in cycles)),
-        "gpu_hours_released": _round(sum(known)) if known else None,
-        "gpu_hours_unknown_cycles": sum(1 for g in gpu_hours if g is None),
-        "kernel_memory_gib_hours": _round(sum(c.kernel_memory_bytes / GIB * c.released_hours for c in cycles)),
-        "gpu_memory_gib_hours": _round(sum(c.gpu_memory_bytes / GIB * c.released_hours for c in cycles)),
-        "data_stored_bytes": sum(c.checkpoint_bytes + (c.snapshot_bytes or 0) for c in cycles),
-        "storage_gb_days": _round(sum(c.storage_gb_days for c in cycles)),
+        "released_hours": _hours(sum(c.released_hours for c in counted)),
+        "node_hours_released": _hours(sum(c.node_hours_released for c in counted)),
+        "gpu_hours_released": gpu,
+        "gpu_hours_released_known": gpu_known,
+        "gpu_hours_unknown_cycles": gpu_unknown,
+        "gpu_hours_kept_allocated": kept,
+        "gpu_hours_kept_allocated_known": kept_known,
+        "gpu_hours_kept_allocated_unknown_cycles": kept_unknown,
+        "kernel_memory_gib_hours": kernel,
+        "kernel_memory_gib_hours_known": kernel_known,
+        "kernel_memory_unknown_cycles": kernel_unknown,
+        "gpu_memory_gib_hours": gpu_memory,
+        "gpu_memory_gib_hours_known": gpu_memory_known,
+        "gpu_memory_unknown_cycles": gpu_memory_unknown,
+        "data_stored_bytes": sum(c.checkpoint_bytes + (c.snapshot_bytes or 0) for c in counted),
+        "storage_gb_days": _round(sum(_round(c.storage_gb_days) or 0.0 for c in counted)),
         "resume_to_runnable_seconds": {
             "count": len(waits),
             "p50": _round(percentile(waits, 0.5), 3),
             "p95": _round(percentile(waits, 0.95), 3),
         },
+        "resume_attempts_failed": sum(c.resume_attempts_failed for c in counted),
+    }
+
+
+def _hours_split(observed: float | None, released: float | None) -> dict[str, float | None]:
+    return {
+        "observed": observed,
+        "released": released if observed is not None else None,
+        "allocated": _hours(observed - released) if observed is not None and released is not None else None,
     }
 
 
@@ -365,52 +850,65 @@ def report(environments: Sequence[EnvironmentCost]) -> dict[str, Any]:
     cycles = [c for env in environments for c in env.cycles]
     envs = []
     observed_node = released_node = 0.0
-    observed_gpu: float | None = None
-    released_gpu = 0.0
+    gpu_parts: list[dict[str, float | None]] = []
     for env in environments:
         totals = summarize(env.cycles)
         period = env.period_hours
-        observed_node += period
-        if env.gpus is not None:
-            observed_gpu = (observed_gpu or 0.0) + env.gpus * period
-            released_gpu += totals["gpu_hours_released"] or 0.0
-        released_node += totals["node_hours_released"]
+        observed_node = _hours(observed_node + period)
+        released_node = _hours(released_node + totals["node_hours_released"])
+        gpu_observed = None if env.gpus is None else _hours(env.gpus * period)
+        gpu = _hours_split(gpu_observed, totals["gpu_hours_released"])
+        gpu_parts.append(gpu)
         envs.append(
             {
                 "environment": env.name,
-                "period_hours": _round(period),
+                "journals": env.journals,
+                "period_hours": period,
                 "gpus": env.gpus,
-                "node_hours": {
-                    "observed": _round(period),
-                    "released": totals["node_hours_released"],
-                    "allocated": _round(period - totals["node_hours_released"]),
-                },
+                "node_hours": _hours_split(period, totals["node_hours_released"]),
+                "gpu_node_hours": gpu,
+                "gpu_hours_kept_allocated": totals["gpu_hours_kept_allocated"],
                 "cycles": totals["cycles"],
+                "excluded_cycles": totals["excluded_cycles"],
+                "clock_adjustment_hours": _hours(env.clock_adjustment / HOUR),
+                "copy_of": env.copy_of,
             }
         )
+    known = [g for g in gpu_parts if g["observed"] is not None and g["released"] is not None]
+    known_gpu = {
+        "environments": len(known),
+        "observed": _hours(sum(g["observed"] or 0.0 for g in known)) if known else None,
+        "released": _hours(sum(g["released"] or 0.0 for g in known)) if known else None,
+        "allocated": _hours(sum(g["allocated"] or 0.0 for g in known)) if known else None,
+    }
+    all_known = len(known) == len(gpu_parts) and bool(gpu_parts)
     classes = sorted({c.workload_class for c in cycles})
     cancelled: Counter[tuple[str, str]] = Counter()
     for env in environments:
         cancelled.update(env.auto_suspends_cancelled)
+    counted = [c for c in cycles if not c.excluded]
     return {
         "environments": envs,
         "cycles": [c.to_dict() for c in cycles],
         "totals": {
             **summarize(cycles),
-            "node_hours": {
-                "observed": _round(observed_node),
-                "released": _round(released_node),
-                "allocated": _round(observed_node - released_node),
-            },
+            "node_hours": _hours_split(observed_node, released_node),
             "gpu_node_hours": {
-                "observed": _round(observed_gpu),
-                "released": _round(released_gpu) if observed_gpu is not None else None,
-                "allocated": _round(observed_gpu - released_gpu) if observed_gpu is not None else None,
+                "observed": known_gpu["observed"] if all_known else None,
+                "released": known_gpu["released"] if all_known else None,
+                "allocated": known_gpu["allocated"] if all_known else None,
             },
+            "gpu_node_hours_known": known_gpu,
+            # Unknown: no count for the environment, or for one of its cycles that released the node.
+            "gpu_count_unknown_environments": [
+                env.name
+                for env, gpu in zip(environments, gpu_parts, strict=True)
+                if gpu["observed"] is None or gpu["released"] is None
+            ],
         },
         "by_class": {name: summarize([c for c in cycles if c.workload_class == name]) for name in classes},
         "auto_suspends": {
-            "suspended": dict(sorted(Counter(c.workload_class for c in cycles if c.origin == "idle_policy").items())),
+            "suspended": dict(sorted(Counter(c.workload_class for c in counted if c.origin == "idle_policy").items())),
             "cancelled": [{"workload_class": k[0], "reason": k[1], "count": n} for k, n in sorted(cancelled.items())],
         },
     }
@@ -519,25 +1017,33 @@ def sweep(
     return rows
 
 
-def activity_from_entries(entries: Sequence[dict[str, Any]]) -> tuple[list[Interval], Interval]:
-    """Active intervals of one journal: from its start (or a cycle's first runnable cell)
-    to the next end of active work; the horizon is the journal's span."""
-    walls = [float(e["wall"]) for e in entries]
-    if not walls:
+def activity(env: EnvironmentCost) -> tuple[list[Interval], Interval]:
+    """Active intervals of one environment, read from the same cycles as the report: from the
+    journal's start (or the moment work could go on after a cycle: its first runnable cell, its
+    restore, or the state leaving suspended/failed, as after an acknowledged failure) to the next
+    end of active work; an aborted suspend does not interrupt work. The horizon is the journal's span."""
+    if env.start is None or env.last_entry is None:
         return [], (0.0, 0.0)
-    horizon = (min(walls), max(walls))
+    horizon = (env.start, env.last_entry)
     active: list[Interval] = []
     since: float | None = horizon[0]
-    for c in replay(list(entries)).cycles:
-        ended = c.marks.get("active_work_ended", c.marks.get("suspend_requested"))
-        if since is not None and ended is not None:
-            active.append((since, ended))
-        since = next((c.marks[m] for m in ("first_cell_runnable", "restored") if m in c.marks), None)
-        if c.data.get("outcome") == "aborted":
-            since = ended  # nothing was released: work went on
+    for c in env.cycles:
+        if c.result == "aborted" or c.active_work_ended is None:
+            continue  # nothing was released: work went on
+        if since is not None:
+            active.append((since, c.active_work_ended))
+        since = c.back_at
     if since is not None:
         active.append((since, horizon[1]))
     return merge(active), horizon
+
+
+def activity_from_entries(entries: Sequence[dict[str, Any]]) -> tuple[list[Interval], Interval]:
+    """:func:`activity` of one journal's entries, priced at its last entry."""
+    walls = [float(e["wall"]) for e in entries]
+    if not walls:
+        return [], (0.0, 0.0)
+    return activity(environment_cost("", list(entries), max(walls), None))
 
 
 def measured_times(cycles: Sequence[CycleCost]) -> tuple[float | None, float | None]:
@@ -554,20 +1060,43 @@ def measured_times(cycles: Sequence[CycleCost]) -> tuple[float | None, float | N
 #: Synthetic activity: active bursts and idle gaps (minutes) drawn with these weights.
 BURST_MINUTES = ((10, 3), (25, 4), (45, 3), (90, 2))
 GAP_MINUTES = ((2, 5), (5, 4), (10, 3), (20, 3), (45, 2), (90, 1))
+WORKDAY_START_HOUR = 9.0
 
 
-def synthetic_week(seed: int, days: int = 7, workdays: int = 5) -> tuple[list[Interval], Interval]:
-    """A reproducible week: on each workday one session from about 9:00 to about 18:00
-    of active bursts and idle gaps drawn from :data:`BURST_MINUTES` and :data:`GAP_MINUTES`."""
+def synthetic_week(
+    seed: int, week_hours: float = 168.0, active_hours: float = 40.0, workdays: int = 5
+) -> tuple[list[Interval], Interval]:
+    """A reproducible week of exactly ``active_hours`` of work in ``week_hours``: on each of the
+    first ``workdays`` days (fewer in a shorter week) one session from about 9:00 of active bursts
+    and idle gaps drawn from :data:`BURST_MINUTES` and :data:`GAP_MINUTES`, each day's share of the
+    active hours; gaps shrink where a day would not hold its session."""
+    horizon = week_hours * HOUR
+    days = max(1, math.ceil(week_hours / 24))
+    working = max(1, min(workdays, days))
+    lengths = [min((day + 1) * DAY, horizon) - day * DAY for day in range(days)]
+    shares = [active_hours * HOUR / working] * working
+    if shares[0] > min(lengths[:working]):  # more work than the workdays hold: spread it over every day
+        shares = [active_hours * HOUR * length / sum(lengths) for length in lengths]
     rng = random.Random(seed)
     active: list[Interval] = []
-    for day in range(days):
-        if day >= workdays:
-            continue
-        t = day * DAY + 9 * HOUR + rng.uniform(0, HOUR)
-        stop = day * DAY + 17.5 * HOUR + rng.uniform(0, HOUR)
-        while t < stop:
+    for day, share in enumerate(shares):
+        day_start, day_end = day * DAY, min((day + 1) * DAY, horizon)
+        bursts: list[float] = []
+        gaps: list[float] = []
+        while sum(bursts) < share:
             burst = rng.choices([m for m, _ in BURST_MINUTES], [w for _, w in BURST_MINUTES])[0] * 60.0
-            active.append((t, min(t + burst, stop)))
-            t += burst + rng.choices([m for m, _ in GAP_MINUTES], [w for _, w in GAP_MINUTES])[0] * 60.0
-    return merge(active), (0.0, days * DAY)
+            bursts.append(min(burst, share - sum(bursts)))
+            gaps.append(rng.choices([m for m, _ in GAP_MINUTES], [w for _, w in GAP_MINUTES])[0] * 60.0)
+        gaps = gaps[:-1]  # the last burst ends the session
+        start = day_start + WORKDAY_START_HOUR * HOUR + rng.uniform(0, HOUR)
+        room = day_end - start - sum(bursts)
+        if room < sum(gaps):  # the session does not fit after 9:00: start earlier, then shrink the gaps
+            start = max(day_start, day_end - sum(bursts) - sum(gaps))
+            room = day_end - start - sum(bursts)
+            if room < sum(gaps):
+                gaps = [g * room / sum(gaps) for g in gaps] if sum(gaps) else gaps
+        t = start
+        for index, burst in enumerate(bursts):
+            active.append((min(t, day_end), min(t + burst, day_end)))
+            t += burst + (gaps[index] if index < len(gaps) else 0.0)
+    return merge(active), (0.0, horizon)

@@ -5,7 +5,8 @@ Two answers (docs/cost.md):
 * the worked example: ``--active-hours`` used in a ``--week-hours`` week releases
   at most the difference, before snapshot and restore time (168 - 40 = 128);
 * a sweep of idle thresholds over a week of activity, recorded in journals
-  (PATH...) or synthetic (``--synthetic --seed N``), with suspend and resume
+  (PATH...) or synthetic (``--synthetic --seed N``: ``--active-hours`` of work in a
+  ``--week-hours`` week, so it agrees with the worked example), with suspend and resume
   times measured from the journals or given: per threshold the hours released,
   the interruptions (suspends), the waiting added for returning users, and the
   suspends that did not pay; per workload class, so a team can choose a
@@ -14,7 +15,6 @@ Two answers (docs/cost.md):
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections import Counter
@@ -22,32 +22,21 @@ from typing import Any
 
 from traitlets import Bool, Float, Integer, Unicode
 
-from ..server.journal import read_journal_file
 from . import cost
 from .base import BASE_FLAGS, EXIT_OK, CommandApp, UsageError
-from .report import journal_files
+from .report import environments, journal_files, parse_duration
 
-DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Used for synthetic activity when no time is given (and for journals without a measured cycle).
 DEFAULT_SUSPEND_SECONDS = 60.0
 DEFAULT_RESUME_SECONDS = 120.0
 SYNTHETIC_CLASS = "synthetic"
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``1.5h``, ``1d`` or plain seconds; a :class:`UsageError` otherwise."""
-    match = DURATION.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"bad threshold {text!r}: use a number with s, m, h or d (15m, 1h)")
-    return float(match.group(1)) * UNIT_SECONDS[match.group(2)]
-
-
 def parse_thresholds(text: str) -> list[float]:
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
         raise UsageError("--thresholds needs at least one duration (5m,15m,1h)")
-    return sorted({parse_duration(p) for p in parts})
+    return sorted({parse_duration(p, "--thresholds") for p in parts})
 
 
 def _label(seconds: float) -> str:
@@ -62,9 +51,10 @@ class SimulateApp(CommandApp):
     description = (
         "Hours released per idle threshold. Prints the worked example (--active-hours used in a --week-hours week "
         "releases at most the difference, before snapshot and restore time) and, over journals (PATH...) or a "
-        "synthetic week (--synthetic --seed N), a sweep of --thresholds: hours released, interruptions, waiting "
-        "added for returning users, per workload class. Suspend and resume times are measured from the journals "
-        "(median) unless --suspend-seconds/--resume-seconds are given. docs/cost.md defines every figure."
+        "synthetic week of --active-hours work in --week-hours (--synthetic --seed N), a sweep of --thresholds: "
+        "hours released, interruptions, waiting added for returning users, per workload class. Suspend and "
+        "resume times are measured from the journals (median) unless --suspend-seconds/--resume-seconds are "
+        "given. docs/cost.md defines every figure."
     )
     schema_name = "simulate"
     examples = """
@@ -90,6 +80,10 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
     flags = {
         **BASE_FLAGS,
         "synthetic": ({"SimulateApp": {"synthetic": True}}, "Sweep over a synthetic week (see --seed)."),
+        "include-suspect": (
+            {"SimulateApp": {"include_suspect": True}},
+            "Sweep environments whose journals have odd clocks too.",
+        ),
     }
     aliases = {
         "week-hours": "SimulateApp.week_hours",
@@ -100,16 +94,23 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         "resume-seconds": "SimulateApp.resume_seconds",
     }
 
+    include_suspect = Bool(
+        False, help="Sweep environments whose journals have cycles with odd clocks too (left out by default)."
+    ).tag(config=True)
+
     def run(self) -> int:
         thresholds = parse_thresholds(self.thresholds)
         for name in ("suspend_seconds", "resume_seconds"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, not {value:g}")
-        try:
-            bound = cost.upper_bound(self.week_hours, self.active_hours)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
+        if not self.week_hours > 0:
+            raise UsageError(f"--week-hours must be more than 0, not {self.week_hours:g}")
+        if not 0 <= self.active_hours <= self.week_hours:
+            raise UsageError(
+                f"--active-hours must be between 0 and the week's {self.week_hours:g} hours, not {self.active_hours:g}"
+            )
+        bound = cost.upper_bound(self.week_hours, self.active_hours)
         if self.synthetic and self.extra_args:
             raise UsageError("give journals (PATH...) or --synthetic, not both")
         result: dict[str, Any] = {
@@ -127,9 +128,11 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         }
         if self.synthetic:
             result.update(source="synthetic", seed=self.seed)
-            activity = cost.synthetic_week(self.seed)
+            # The synthetic week is the worked example's: --week-hours long, --active-hours of work,
+            # so its sweep never releases more than the bound printed above it.
+            activity = cost.synthetic_week(self.seed, self.week_hours, self.active_hours)
             times = self._times(None, None)
-            result["classes"] = [self._sweep(SYNTHETIC_CLASS, 1, [activity], thresholds, times)]
+            result["classes"] = [self._sweep(SYNTHETIC_CLASS, 1, [activity], thresholds, times, None)]
         elif self.extra_args:
             result["source"] = "journals"
             result["classes"] = self._from_journals(result, thresholds)
@@ -152,33 +155,27 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         return out
 
     def _from_journals(self, result: dict[str, Any], thresholds: list[float]) -> list[dict[str, Any]]:
-        now = time.time()
+        """The sweep over journals, read exactly as ``report`` reads them (the same cycles, each once)."""
+        files = journal_files(list(self.extra_args))
+        result["journals"] = [str(path) for _, path in files]
+        envs, problems = environments(files, cost.Options(time.time(), include_suspect=self.include_suspect))
+        result["problems"] = problems
+        if self.json_output:  # the text carries them already
+            for problem in problems:
+                print(f"jupyter suspend simulate: {problem['journal']}: {problem['message']}", file=sys.stderr)
         groups: dict[str, list[tuple[list[cost.Interval], cost.Interval]]] = {}
         measured: dict[str, list[cost.CycleCost]] = {}
-        for name, path in journal_files(list(self.extra_args)):
-            result["journals"].append(str(path))
-            readout = read_journal_file(path)
-            if readout.problems:
-                first = readout.problems[0]
-                result["problems"].append(
-                    {
-                        "environment": name,
-                        "journal": str(path),
-                        "count": len(readout.problems),
-                        "first": first.to_dict(),
-                    }
-                )
-                print(
-                    f"jupyter suspend simulate: {path}: {len(readout.problems)} unreadable line(s), first at line "
-                    f"{first.line}: {first.message}",
-                    file=sys.stderr,
-                )
-            env = cost.environment_cost(name, readout.entries, now, None)
+        keeps_node: dict[str, set[bool]] = {}
+        for env in envs:
+            if env.copy_of is not None or any(c.excluded and c.suspect for c in env.cycles):
+                continue  # a copy of another environment, or odd clocks (named in problems)
+            counted = env.counted
             # An environment belongs to the class most of its suspends had.
-            classes = Counter(c.workload_class for c in env.cycles)
+            classes = Counter(c.workload_class for c in counted)
             klass = classes.most_common(1)[0][0] if classes else cost.DEFAULT_CLASS
-            groups.setdefault(klass, []).append(cost.activity_from_entries(readout.entries))
-            measured.setdefault(klass, []).extend(env.cycles)
+            groups.setdefault(klass, []).append(cost.activity(env))
+            measured.setdefault(klass, []).extend(counted)
+            keeps_node.setdefault(klass, set()).update(c.node_released for c in counted if c.released_from is not None)
         everyone = [c for cycles in measured.values() for c in cycles]
         out = []
         for klass in sorted(groups):
@@ -187,7 +184,9 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
             times = self._times(
                 suspend if suspend is not None else fallback[0], resume if resume is not None else fallback[1]
             )
-            out.append(self._sweep(klass, len(groups[klass]), groups[klass], thresholds, times))
+            released = keeps_node[klass]
+            node = None if not released or len(released) > 1 else released.pop()
+            out.append(self._sweep(klass, len(groups[klass]), groups[klass], thresholds, times, node))
         return out
 
     def _sweep(
@@ -197,18 +196,27 @@ jupyter suspend simulate --synthetic --seed 7 --suspend-seconds 90 --resume-seco
         activities: list[tuple[list[cost.Interval], cost.Interval]],
         thresholds: list[float],
         times: dict[str, Any],
+        node_released: bool | None,
     ) -> dict[str, Any]:
         horizon = sum(h[1] - h[0] for _, h in activities) / cost.HOUR
         active = sum(b - a for intervals, _ in activities for a, b in intervals) / cost.HOUR
         rows = cost.sweep(activities, thresholds, times["suspend_seconds"], times["resume_seconds"])
+        notes = []
+        if node_released is False:
+            notes.append(
+                "these environments' backend never releases the node (local): the hours are the kernels' "
+                "memory freed; the node and its GPUs stay allocated"
+            )
         return {
             "workload_class": klass,
             "environments": environments,
             "horizon_hours": round(horizon, 6),
             "active_hours": round(active, 6),
             "released_upper_bound_hours": round(horizon - active, 6),
+            "node_released": node_released,
             **times,
             "rows": [row.to_dict() for row in rows],
+            "notes": notes,
         }
 
 
@@ -219,9 +227,7 @@ def render_text(result: dict[str, Any]) -> str:
         f"{w['released_upper_bound_hours']:g} node-hours released, before snapshot and restore time.",
     ]
     for problem in result["problems"]:
-        out.append(
-            f"! {problem['journal']}: {problem['count']} unreadable line(s); first: line {problem['first']['line']}"
-        )
+        out.append(f"! {problem['journal']}: {problem['message']}")
     if result["source"] == "none":
         out.append("(no sweep: give journals as PATH... or --synthetic --seed N)")
         return "\n".join(out)
@@ -233,6 +239,7 @@ def render_text(result: dict[str, Any]) -> str:
             f"{group['released_upper_bound_hours']:.2f} releasable; suspend {group['suspend_seconds']:g} s "
             f"({group['suspend_source']}), resume {group['resume_seconds']:g} s ({group['resume_source']})"
         )
+        out.extend(f"  {note}" for note in group["notes"])
         header = ["threshold", "hours released", "interruptions", "returns", "waiting added", "not paying"]
         rows = [
             [

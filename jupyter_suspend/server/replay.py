@@ -76,6 +76,16 @@ MARK_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 @dataclass
+class ResumeAttempt:
+    """One resume request of a cycle and how it ended (``outcome`` None: not ended in the journal)."""
+
+    operation_id: str | None
+    requested_at: float
+    outcome: str | None = None  # "failed" | "resumed"
+    ended_at: float | None = None
+
+
+@dataclass
 class Cycle:
     """One suspend and what followed it, as the journal tells it."""
 
@@ -86,6 +96,9 @@ class Cycle:
     data: dict[str, Any] = field(default_factory=dict)
     #: The backend's own marks (:func:`backend_mark`): (time, name, kind), in journal order.
     events: list[tuple[float, str, str]] = field(default_factory=list)
+    #: Every resume asked for in this cycle, in journal order (the ``resume_requested`` mark is
+    #: the latest one): the cost report measures the user's wait from the first.
+    resume_attempts: list[ResumeAttempt] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.data = {
@@ -258,6 +271,8 @@ def _fold_cycle(result: ReplayResult, cycles: dict[str, Cycle], kind: EntryKind,
             c.data["snapshot"] = entry["snapshot"]
     elif kind == EntryKind.RESUME_REQUESTED:
         c.mark("resume_requested", entry.get("wall"), entry)
+        if isinstance(entry.get("wall"), (int, float)):
+            c.resume_attempts.append(ResumeAttempt(op if isinstance(op, str) else None, float(entry["wall"])))
     elif kind == EntryKind.CAPACITY_WAIT:
         notes.append(f"waited for capacity: {entry.get('reason')}")
     elif kind == EntryKind.RESTORED:
@@ -268,6 +283,7 @@ def _fold_cycle(result: ReplayResult, cycles: dict[str, Cycle], kind: EntryKind,
         c.data["restore"] = entry.get("restore")
         c.data["checkpoints_restored"] = entry.get("checkpoints_restored")
         c.data["outcome"] = "resumed"
+        _end_attempt(c, op, entry.get("resume_requested_at"), "resumed", entry.get("wall"))
     elif kind == EntryKind.OPERATION_FINISHED and entry.get("operation_kind") == "suspend":
         outcome = entry.get("outcome")
         if outcome in ("aborted", "failed"):
@@ -278,8 +294,24 @@ def _fold_cycle(result: ReplayResult, cycles: dict[str, Cycle], kind: EntryKind,
     elif kind == EntryKind.OPERATION_FINISHED and entry.get("operation_kind") == "resume":
         if entry.get("outcome") == "failed":
             notes.append(f"resume failed: {entry.get('message', '')}")
+            _end_attempt(c, op, None, "failed", entry.get("wall"))
     elif kind == EntryKind.RECOVERED:
         notes.append(f"server started cold: {entry.get('message', '')}")
+
+
+def _end_attempt(c: Cycle, op: Any, requested_at: Any, outcome: str, wall: Any) -> None:
+    """The attempt ``op`` ended (else the latest open one); a restore without a ``resume_requested``
+    entry (a live return journaled by the restored process) is an attempt of its own."""
+    attempt = next((a for a in c.resume_attempts if op is not None and a.operation_id == op), None)
+    if attempt is None:
+        attempt = next((a for a in reversed(c.resume_attempts) if a.outcome is None), None)
+    if attempt is None:
+        if not isinstance(requested_at, (int, float)) or isinstance(requested_at, bool):
+            return
+        attempt = ResumeAttempt(op if isinstance(op, str) else None, float(requested_at))
+        c.resume_attempts.append(attempt)
+    attempt.outcome = outcome
+    attempt.ended_at = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
 
 
 @dataclass
