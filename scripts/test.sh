@@ -45,6 +45,14 @@ jlpm lint:check
 step "jest (frontend unit tests)"
 jlpm test
 
+step "test control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok from Go modules (once per pin, cached)"
+if ! command -v go >/dev/null 2>&1; then
+  echo "error: Go (>= 1.26) is needed to build the test control plane (tests/cluster/); install it and run again" >&2
+  exit 1
+fi
+python -m tests.cluster build
+tests/cluster/crds/generate.sh --check
+
 step "pytest"
 python -m pytest tests -q -p no:cacheprovider
 

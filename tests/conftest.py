@@ -18,7 +18,7 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from jupyter_suspend.server.jupyter_environment import own_client
 from jupyter_suspend.server.openapi import check_answer
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
+pytest_plugins = ["pytest_jupyter.jupyter_server", "tests.cluster.fixtures"]
 
 API = "jupyter-suspend/api"
 

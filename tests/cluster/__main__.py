@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import build as cluster_build
 from .control_plane import Cluster, ClusterError
-from .resources import install_crds
+from .resources import install_crds, install_platform_defaults
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_WORKDIR = REPO / ".cluster"
@@ -41,6 +41,7 @@ def _serve(workdir: Path, nodes: int) -> int:
     try:
         cluster.start()
         install_crds(cluster)
+        install_platform_defaults(cluster)
     except (ClusterError, cluster_build.BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

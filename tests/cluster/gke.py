@@ -140,6 +140,7 @@ class GKESnapshotController:
         self.orphaned_storage: list[str] = []
         self.restored: list[tuple[str, str]] = []  # (pod, snapshot)
         self.errors: list[str] = []
+        self.pods_seen: list[tuple[str, str]] = []  # (name, uid) of every pod that appeared
         self._seen_pods: set[str] = set()
         self._handled: set[str] = set()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -230,6 +231,7 @@ class GKESnapshotController:
             uid = meta.get("uid", "")
             if uid not in self._seen_pods:
                 self._seen_pods.add(uid)
+                self.pods_seen.append((name, uid))
                 self._later(self.restore_seconds, lambda: self._guard(self._maybe_restore, name, uid))
 
     # -- a single worker with timers (the controller's work queue) --------------
@@ -396,6 +398,35 @@ class GKESnapshotController:
                 "storageStatus": {"gcs": {"observedGCSPath": f"gs://simulated/{self.namespace}/{pod_name}/{snapshot}"}},
             },
         )
+
+    def seed_snapshot(self, origin_pod: str, pod: JSON, policy: str = "notebook-snapshots") -> str:
+        """A Ready PodSnapshot of ``origin_pod`` as an earlier suspend left it (``pod``: the pod's spec as
+        its StatefulSet template makes it, for the restore hash)."""
+        name = str(uuid.uuid4())
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "PodSnapshot",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {TRIGGERED_BY: f"earlier-{origin_pod}"[:63]},
+                "annotations": {ORIGIN_POD: origin_pod, POD_HASH: restore_hash(pod), SIZE_ANNOTATION: "1000"},
+                "finalizers": [FINALIZER],
+            },
+            "spec": {"policyName": policy},
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "podsnapshots", body)
+        conditions = [
+            {"type": "Checkpoint", "status": "True", "reason": "Succeeded"},
+            {"type": "StorageReplicated", "status": "True", "reason": "Succeeded"},
+            {"type": "Ready", "status": "True", "reason": "AllSnapshotsAvailable"},
+        ]
+        self._patch_status(
+            "podsnapshots",
+            name,
+            {"conditions": [{"lastTransitionTime": now_rfc3339(), "message": "", **c} for c in conditions]},
+        )
+        return name
 
     # -- restore -----------------------------------------------------------------
     def _maybe_restore(self, pod_name: str, uid: str) -> None:

@@ -6,6 +6,7 @@ tokens of ServiceAccounts through the TokenRequest API."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
     from .control_plane import Cluster
 
 HERE = Path(__file__).resolve().parent
-CRD_DIR = HERE / "crds" / "generated"
+#: JUPYTER_SUSPEND_TEST_CRDS: another folder of CRDs (to try a CRD change without regenerating).
+CRD_DIR = Path(os.environ.get("JUPYTER_SUSPEND_TEST_CRDS") or HERE / "crds" / "generated")
 
 #: The identity of the simulated GKE snapshot controller (a client certificate).
 GKE_CONTROLLER_USER = "system:gke-pod-snapshot-controller"
