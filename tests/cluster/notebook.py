@@ -181,3 +181,20 @@ class RealSidecar:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def raw_get(self, path: str) -> tuple[int, dict[str, Any]]:
+        """One GET over the socket with the pod's secret: (status, JSON body)."""
+        import socket
+
+        secret = Path(self.secret_path).read_text().strip()
+        request = f"GET {path} HTTP/1.1\r\nHost: sidecar\r\nAuthorization: Bearer {secret}\r\nConnection: close\r\n\r\n"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(60)
+            conn.connect(self.socket_path)
+            conn.sendall(request.encode())
+            chunks = []
+            while data := conn.recv(65536):
+                chunks.append(data)
+        head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        return status, json.loads(body) if body.strip() else {}
