@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .build import BuildError
+from .build import BuildError, bin_dir, is_built
 from .control_plane import Cluster, ClusterError
 from .resources import install_crds, install_platform_defaults
 
@@ -38,6 +38,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     nodes = int(os.environ.get("JUPYTER_SUSPEND_CLUSTER_NODES", "10"))
     plane = Cluster(workdir / "plane", nodes=nodes)
     try:
+        if not is_built():
+            # A first build takes many minutes, more than one test may (pytest-timeout): scripts/test.sh builds
+            # before pytest; a developer runs the same command once.
+            raise BuildError(f"the test control plane is not built for this pin yet ({bin_dir()})")
         plane.start()
         install_crds(plane)
         install_platform_defaults(plane)
@@ -102,3 +106,9 @@ def kustomize(cluster: Cluster, folder: Path) -> list[dict[str, Any]]:
     """``kubectl kustomize FOLDER`` with the kustomize built into this kubectl."""
     rendered = cluster.kubectl("kustomize", str(folder))
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests on the control plane run last, together: it starts once, and the Jupyter tests before them do
+    not share two cores with an idle API server, controllers and kwok."""
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
