@@ -257,7 +257,7 @@ class WorkloadView(TypedDict):
     #: Workspace ``status.state`` (Running, Pending, Paused, Terminating, Error, Unknown); None for a notebook.
     state: str | None
     state_message: str | None
-    #: Workspace ``status.pauseTime`` (epoch seconds; None when unset or 0).
+    #: Workspace ``status.pauseTime`` in epoch seconds (written in ms or s, read by magnitude; None when unset or odd).
     pause_time: int | None
     #: Notebook ``status.readyReplicas``; None for a workspace.
     ready_replicas: int | None

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..common import sidecar_protocol as proto
 from ..common import workloads as names
+from ..common.times import epoch_by_magnitude
 from .errors import Fault, NotFound
 from .kube import PodSnapshots, _json
 
@@ -49,13 +50,16 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    """A field that should be an object; anything else (a hand-edited or half-written object) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def workload_view(kind: str, obj: Mapping[str, Any], pod: str) -> proto.WorkloadView:
     """The Notebook or Workspace as the API serves it, normalised."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta, spec, status = (_map(obj.get(key)) for key in ("metadata", "spec", "status"))
     if kind == proto.WORKLOAD_NOTEBOOK:
-        stopped_at = (meta.get("annotations") or {}).get(names.NOTEBOOK_STOPPED_ANNOTATION)
+        stopped_at = _map(meta.get("annotations")).get(names.NOTEBOOK_STOPPED_ANNOTATION)
         return {
             "kind": kind,
             "name": str(meta.get("name", "")),
@@ -68,7 +72,10 @@ def workload_view(kind: str, obj: Mapping[str, Any], pod: str) -> proto.Workload
             "pause_time": None,
             "ready_replicas": _int(status.get("readyReplicas")),
         }
-    pause_time = _int(status.get("pauseTime")) or None  # 0: never paused
+    # Epoch milliseconds on current Kubeflow, seconds on the old alpha branch: read by magnitude, and a value that
+    # is neither (a string, a negative, 0 = never paused) is "no pause time", never a crash.
+    paused_at = epoch_by_magnitude(status.get("pauseTime"))
+    pause_time = int(paused_at) if paused_at is not None and paused_at >= 1 else None
     state = status.get("state")
     message = status.get("stateMessage")
     return {
