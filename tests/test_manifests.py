@@ -36,6 +36,8 @@ import pytest
 import yaml
 from traitlets.config import Config
 
+from tests import crd_schemas
+
 Doc = dict[str, Any]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -427,6 +429,8 @@ def test_every_document_is_valid(name: str, rendered: dict[str, list[Doc]]) -> N
     for doc in rendered[name]:
         if doc["apiVersion"].split("/")[0] == SNAPSHOT_GROUP:
             validate_snapshot_doc(doc)
+        elif crd_schemas.has_schema(doc):  # Kubeflow's PodDefault, Notebook: their upstream CRD schemas
+            crd_schemas.validate(doc)
         else:
             validate_builtin(doc)
 
