@@ -261,6 +261,22 @@ class WorkloadView(TypedDict):
     pause_time: int | None
     #: Notebook ``status.readyReplicas``; None for a workspace.
     ready_replicas: int | None
+    #: Workspace: the signs of GKE Workspaces' snapshot add-on; None for a notebook.
+    snapshot_addon: SnapshotAddonView | None
+
+
+class SnapshotAddonView(TypedDict):
+    """What GKE Workspaces' snapshot add-on leaves on the Workspace and on the pod it configured (gke-labs/workspaces
+    providers/gke/internal/snapshot/snapshot.go, webhook.go)."""
+
+    #: Workspace annotation ``podsnapshot.gke.kubeflow.org/checkpoint-state``: Checkpointing, Ready, Restoring.
+    checkpoint_state: str | None
+    #: Workspace annotation ``podsnapshot.gke.kubeflow.org/last-checkpoint-name``.
+    last_checkpoint: str | None
+    #: The own pod has the add-on's readiness gate ``podsnapshot.gke.kubeflow.org/active``.
+    pod_readiness_gate: bool
+    #: The own pod's ``runtimeClassName`` (the add-on sets ``gvisor``).
+    pod_runtime_class: str | None
 
 
 class WorkloadStopped(TypedDict):
