@@ -1,12 +1,12 @@
 """Validation against the platforms' own CRD schemas, as upstream generates them (tests/manifest_schemas/upstream/).
 
-Each file is one version's ``openAPIV3Schema`` taken unchanged from the upstream CRD (its ``source`` names the
-repository, commit and path). A structural schema is turned into a JSON Schema that behaves like an API server with
-strict field validation: an object that declares ``properties`` (and neither ``additionalProperties`` nor
-``x-kubernetes-preserve-unknown-fields``) rejects any other field, where a lenient server would prune it. That is the
-difference between "the API server accepts this" and "the API server silently drops the part that mattered"
-(issue 18: ``initContainers[].restartPolicy`` in a Notebook). ``metadata`` is checked by the API server itself, not by
-the CRD schema: it is left open here, as there.
+Each file is one version's ``openAPIV3Schema`` from the upstream CRD, only its description texts dropped (its
+``source`` names the repository, commit and path). A structural schema is turned into a JSON Schema that behaves like
+an API server with strict field validation: an object that declares ``properties`` (and neither
+``additionalProperties`` nor ``x-kubernetes-preserve-unknown-fields``) rejects any other field, where a lenient server
+would prune it. That is the difference between "the API server accepts this" and "the API server silently drops the
+part that mattered" (issue 18: ``initContainers[].restartPolicy`` in a Notebook). ``metadata`` is checked by the API
+server itself, not by the CRD schema: it is left open here, as there.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ UPSTREAM = Path(__file__).resolve().parent / "manifest_schemas" / "upstream"
 FILES = {
     ("kubeflow.org/v1alpha1", "PodDefault"): "poddefault-v1alpha1.json",
     ("kubeflow.org/v1", "Notebook"): "notebook-v1.json",
+    ("kubeflow.org/v1beta1", "WorkspaceKind"): "workspacekind-v1beta1.json",
+    ("kubeflow.org/v1beta1", "Workspace"): "workspace-v1beta1.json",
 }
 
 

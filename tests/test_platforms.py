@@ -72,11 +72,14 @@ def test_item2_the_poddefault_is_valid_for_kubeflows_crd_and_selects_the_example
     crd_schemas.validate(notebook)
     labels = notebook_pod(notebook)["metadata"]["labels"]
     assert poddefault["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    # The sidecar's identity is the one the overlay's RoleBinding binds.
+    # The Notebook runs as the identity the overlay's RoleBinding binds, without an automounted token; the
+    # PodDefault does not switch accounts (the token is mounted before any webhook runs: see poddefault.yaml).
     binding = only(docs, "RoleBinding")
-    assert {"kind": "ServiceAccount", "name": poddefault["spec"]["serviceAccountName"]}.items() <= binding["subjects"][
-        0
-    ].items()
+    pod_spec = notebook["spec"]["template"]["spec"]
+    assert {"kind": "ServiceAccount", "name": pod_spec["serviceAccountName"]}.items() <= binding["subjects"][0].items()
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in poddefault["spec"]
+    assert "automountServiceAccountToken" not in poddefault["spec"]
     # The platform config the notebook reads is rendered, in the same namespace.
     (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "jupyter-suspend-platform"]
     assert 'c.SuspendApp.backend = "kubeflow-notebook"' in config["data"]["jupyter_server_config.py"]
@@ -135,3 +138,42 @@ def test_item2_the_poddefault_fields_go_only_where_the_webhook_puts_them(clash: 
         assert {m["mountPath"] for m in sidecar[clash] if m["name"] == "suspend-run"} == {
             m["mountPath"] for m in poddefault["spec"][clash] if m["name"] == "suspend-run"
         }
+
+
+# -- item 1: Kubeflow Workspaces (v2) ------------------------------------------------------------------------------
+
+WORKSPACE_OVERLAY = DEPLOY / "overlays" / "kubeflow-workspace"
+
+
+def test_item1_a_workspacekind_opts_its_pods_in_through_pod_metadata_only() -> None:
+    from jupyter_suspend.injector.mutation import OPT_IN_LABEL
+
+    kind = load(WORKSPACE_OVERLAY / "workspacekind-example.yaml")
+    crd_schemas.validate(kind)  # kubeflow/notebooks notebooks-v2's WorkspaceKind CRD, strict
+    template = kind["spec"]["podTemplate"]
+    assert template["podMetadata"]["labels"] == {OPT_IN_LABEL: "true"}
+    # The finding itself: a WorkspaceKind has no place for a container (nor args, nor a ServiceAccount name).
+    for field in ("containers", "initContainers", "args", "serviceAccountName"):
+        broken = copy.deepcopy(kind)
+        broken["spec"]["podTemplate"][field] = [] if field != "serviceAccountName" else "x"
+        assert any(field in e for e in crd_schemas.errors(broken)), field
+    # The injector's webhook selects exactly that label.
+    (webhook_config,) = [d for d in kustomize(DEPLOY / "injector") if d["kind"] == "MutatingWebhookConfiguration"]
+    assert webhook_config["webhooks"][0]["objectSelector"] == {"matchLabels": {OPT_IN_LABEL: "true"}}
+
+
+def test_item1_the_workspace_overlay_binds_the_workspaces_own_account_and_renders_what_the_injector_mounts() -> None:
+    from jupyter_suspend.injector.mutation import InjectorConfig
+
+    docs = kustomize(WORKSPACE_OVERLAY)
+    assert {d["kind"] for d in docs} == {"Role", "RoleBinding", "ConfigMap"}
+    binding = only(docs, "RoleBinding")
+    # kubeflow/notebooks notebooks-v2 workspace_controller.go: the pod runs as "ws-<workspace>".
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ws-research"}]
+    defaults = InjectorConfig(image="x")
+    config_maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    assert set(config_maps) == {defaults.jupyter_config_map, defaults.platform_config_map}
+    platform = config_maps[defaults.platform_config_map]["data"]["jupyter_server_config.py"]
+    assert 'c.SuspendApp.backend = "kubeflow-workspace"' in platform
+    for doc in docs:
+        validate_builtin(doc)
