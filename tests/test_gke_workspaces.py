@@ -200,3 +200,29 @@ def test_item5_addon_evidence_is_read_from_the_workspace_and_the_pod() -> None:
     assert "checkpoint-state annotation is Ready" in addon_evidence(workload_view("workspace", marked, POD, None))[0]
     assert addon_evidence(None) == []
     assert GKEWorkspacesBackend.capabilities.keeps_snapshots is False  # the add-on owns (and deletes) them
+
+
+@pytest.mark.parametrize("backend_name", ["kubeflow-workspace", "gke-workspaces"])
+def test_item1_a_pod_without_its_sidecar_says_so_in_status_and_dry_run_and_refuses(
+    tmp_path: Path, backend_name: str
+) -> None:
+    """No sidecar (the injector was down, failurePolicy Ignore): never a silent cold suspend."""
+    import asyncio
+
+    from jupyter_suspend.server.app import load_backend_class
+    from jupyter_suspend.server.backends.base import ReleaseContext
+    from jupyter_suspend.server.states import FlushFailed
+
+    backend = load_backend_class(backend_name)(
+        sidecar_socket=str(tmp_path / "none.sock"), sidecar_secret=str(tmp_path / "none")
+    )
+    assert backend.describe()["sidecar_problem"] is None  # not checked yet: nothing claimed
+    (blocker,) = asyncio.run(backend.preflight_blockers(None))  # type: ignore[arg-type]
+    assert "this pod has no running sidecar" in blocker
+    assert "jupyter-suspend-injector" in blocker
+    assert "this pod has no running sidecar" in backend.describe()["sidecar_problem"]
+    recorded: list[str] = []
+    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
+    with pytest.raises(FlushFailed, match="no running sidecar"):
+        asyncio.run(backend.release(ctx))
+    assert recorded == []
