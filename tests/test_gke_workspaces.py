@@ -83,9 +83,9 @@ class Sidecar(OwnTokenSidecar):
 
 
 class Server(ServerProcess):
-    def __init__(self, base: Path, sidecar: Sidecar, uid_file: Path, uid: str):
+    def __init__(self, base: Path, sidecar: Sidecar, uid_file: Path, uid: str, backend: str = "gke-workspaces"):
         config = (
-            "c.SuspendApp.backend = 'gke-workspaces'\n"
+            f"c.SuspendApp.backend = {backend!r}\n"
             f"c.KubeflowBackend.sidecar_socket = {sidecar.socket_path!r}\n"
             f"c.KubeflowBackend.sidecar_secret = {sidecar.secret_path!r}\n"
             f"c.GKEWorkspacesBackend.pod_uid_file = {str(uid_file)!r}\n"
@@ -119,7 +119,7 @@ def open_kernel(server: Any) -> str:
 
 @pytest.fixture
 def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[KubeAPI, AddOn, Server, Path, str]]:
-    addon_pod = getattr(request, "param", True)
+    addon_pod, backend = getattr(request, "param", (True, "gke-workspaces"))
     with KubeAPI() as kube:
         addon = AddOn(kube)
         kube.add_controller(addon)
@@ -130,7 +130,7 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Kube
         uid_file.write_text(uid)
         sidecar = Sidecar(kube, tmp_path / "sidecar", uid)
         sidecar.start()
-        server = Server(tmp_path, sidecar, uid_file, uid)
+        server = Server(tmp_path, sidecar, uid_file, uid, backend)
         server.start()
         try:
             yield kube, addon, server, uid_file, open_kernel(server)
@@ -170,7 +170,7 @@ def test_item5_a_pause_on_gke_workspaces_returns_live_judged_by_the_canary(world
     assert marks.index("workspace_pause_requested") < marks.index("addon_checkpointing") < marks.index("pod_returned")
 
 
-@pytest.mark.parametrize("world", [False], indirect=True)
+@pytest.mark.parametrize("world", [(False, "gke-workspaces")], indirect=True)
 def test_item5_without_the_addon_the_dry_run_says_so_and_a_suspend_is_refused(world: Any) -> None:
     kube, addon, server, _, kernel_id = world
     preflight = server.api("POST", "suspend", {"dry_run": True})
@@ -226,3 +226,39 @@ def test_item1_a_pod_without_its_sidecar_says_so_in_status_and_dry_run_and_refus
     with pytest.raises(FlushFailed, match="no running sidecar"):
         asyncio.run(backend.release(ctx))
     assert recorded == []
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("535.183.01", "GPU memory will not be kept: the NVIDIA driver is 535.183.01"),
+        ("570.86.15", "NVIDIA driver 570.86.15: GPU memory can be kept"),
+        (None, None),  # no nvidia-ml-py or no driver: no claim either way
+        ("garbage", None),
+    ],
+)
+def test_item8_the_gpu_driver_is_read_at_preflight(version: str | None, said: str | None) -> None:
+    from jupyter_suspend.server.backends.gke import GKEBackend
+    from jupyter_suspend.server.backends.gpu_driver import gpu_driver_note
+
+    note = gpu_driver_note(lambda: version)
+    if said is None:
+        assert note is None
+    else:
+        assert note is not None
+        assert note.startswith(said)
+    assert GKEBackend.driver_version_reader is not None
+
+
+class Driver535Backend(GKEWorkspacesBackend):
+    """The gke-workspaces backend on a node with the default 535 driver (NVML's answer is the seam)."""
+
+    driver_version_reader = staticmethod(lambda: "535.183.01")
+
+
+@pytest.mark.parametrize("world", [(True, "tests.test_gke_workspaces:Driver535Backend")], indirect=True)
+def test_item8_a_driver_below_570_is_reported_in_the_dry_run(world: Any) -> None:
+    _, _, server, _, _ = world
+    preflight = server.api("POST", "suspend", {"dry_run": True})
+    notes = preflight["notes"]
+    assert any(n.startswith("GPU memory will not be kept: the NVIDIA driver is 535.183.01") for n in notes), notes

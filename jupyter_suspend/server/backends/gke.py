@@ -75,6 +75,7 @@ from .base import (
     ReturnedLive,
     SnapshotError,
 )
+from .gpu_driver import gpu_driver_note, read_driver_version
 from .local import LocalBackend
 from .sidecar import SidecarBackend
 
@@ -272,6 +273,9 @@ class GKEBackend(SidecarBackend):
         "later restart of this pod would silently restore that older state.",
     )
 
+    #: Reads the NVIDIA driver version for the preflight (a seam: tests give a version).
+    driver_version_reader: Callable[[], str | None] = staticmethod(read_driver_version)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         #: Restarts the recorded kernels on a cold start, as on one machine.
@@ -334,11 +338,13 @@ class GKEBackend(SidecarBackend):
         facts = await self._preflight_facts()
         if facts.problem:
             return [f"A suspend would be refused now: {facts.problem}. Nothing would be released."]
-        return [
+        notes = [
             f"The sidecar answers at {self.sidecar_socket}; {_policy_note(facts)}",
             "The whole pod is snapshotted, stopped and restored by the platform; "
             "if no compatible snapshot exists the pod starts cold and the application checkpoints are restored.",
         ]
+        driver = gpu_driver_note(self.driver_version_reader)
+        return [*notes, driver] if driver else notes
 
     async def preflight_blockers(self, environment: Any) -> list[str]:
         """What would make a suspend abort now: the sidecar, a missing required policy, ``postCheckpoint: resume``."""

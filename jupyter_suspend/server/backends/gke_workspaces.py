@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from traitlets import Bool, Float, Unicode
@@ -42,6 +43,7 @@ from ..pod_return import (
 from ..sidecar_client import SidecarError, SidecarUnavailable
 from ..states import FlushFailed
 from .base import Capabilities, ReleaseContext, ReturnedLive
+from .gpu_driver import gpu_driver_note, read_driver_version
 from .kubeflow import EV_STOP_REQUESTED, KEEPS_RUNNING, KubeflowWorkspaceBackend, _next_step
 
 EV_IDENTITY = "gkews_identity"
@@ -110,6 +112,9 @@ class GKEWorkspacesBackend(KubeflowWorkspaceBackend):
         help="Seconds of wall-clock time the monotonic clock did not see that mean the process was frozen.",
     )
 
+    #: Reads the NVIDIA driver version for the preflight (a seam: tests give a version).
+    driver_version_reader: Callable[[], str | None] = staticmethod(read_driver_version)
+
     def signals(self) -> PodSignals:
         return PodSignals(
             pod_uid_env=self.pod_uid_env,
@@ -165,7 +170,9 @@ class GKEWorkspacesBackend(KubeflowWorkspaceBackend):
                 "podsnapshot.gke.kubeflow.org/active, no checkpoint-state on the Workspace): a pause would stop the "
                 "pod and lose kernel memory. Use the kubeflow-workspace backend for a plain Kubeflow pause."
             ]
+        driver = gpu_driver_note(self.driver_version_reader)
         return [
+            *([driver] if driver else []),
             "GKE Workspaces' snapshot add-on is active for this pod (" + "; ".join(evidence) + "): the pause becomes "
             f"a GKE Pod Snapshot, and live memory (GPU memory too, with NVIDIA driver 570 or later) is kept "
             f"{WHEN_RESTORED}.",
