@@ -662,7 +662,15 @@ def test_the_notebook_runs_the_gke_backend_in_gvisor_with_its_state_on_the_volum
     assert state_dir.startswith("/home/jovyan/")
     # A frozen pod fails its probes for minutes: a liveness probe would kill the checkpoint.
     assert "livenessProbe" not in container
-    assert container["readinessProbe"]["httpGet"]["path"] == "/api"
+    # Readiness is the gke backend's endpoint (503 while suspending): it fails within one period, well inside the
+    # settle the backend waits before the snapshot (issue 18 item 8).
+    probe = container["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/ready", "port": "readiness"}
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "readiness"]
+    assert f"--GKEBackend.readiness_port={port}" in container["args"]
+    from jupyter_suspend.server.backends.gke import GKEBackend
+
+    assert probe["periodSeconds"] * probe["failureThreshold"] < GKEBackend().settle_seconds
     # The labels GKE's selector and the Service select on.
     labels = statefulset["spec"]["template"]["metadata"]["labels"]
     assert NOTEBOOK_LABELS.items() <= labels.items()
