@@ -26,6 +26,10 @@ CLASSES = [
         "the `kubeflow-notebook` and `kubeflow-workspace` backends (docs/kubeflow.md)",
     ),
     (
+        "jupyter_suspend.server.backends.gke_workspaces:GKEWorkspacesBackend",
+        "the `gke-workspaces` backend: GKE Workspaces' snapshot add-on (docs/platforms.md)",
+    ),
+    (
         "jupyter_suspend.server.idle_policy:IdlePolicy",
         "the idle policy: automatic suspend per workload class (docs/idle.md)",
     ),

@@ -126,10 +126,13 @@ def test_resume_of_a_scaled_to_zero_statefulset_reaches_ready_cold(kube_api: Kub
 
 
 def test_resume_pinned_snapshot_is_restoring_until_gke_says_podrestored(kube_api: KubeAPI, kubeconfig: str) -> None:
+    """Also item 7: ``--snapshot`` names the snapshot GKE restores anyway; the template is never touched."""
     StatefulSetController(kube_api).attach()
     gke = GKESnapshotController(kube_api).attach()
+    count_pods(kube_api)
     kube_api.create(statefulset("nb"))
     kube_api.create(snapshot("snap-1", origin_pod="nb-0"))
+    template_before = kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["template"]
     seen: list[str] = []
 
     def restore_when_ready(event_type: str, obj: dict[str, Any], kube: KubeAPI) -> None:
@@ -151,9 +154,55 @@ def test_resume_pinned_snapshot_is_restoring_until_gke_says_podrestored(kube_api
     assert answer["snapshot"] == {"name": "snap-1", "pinned": True, "exists": True, "ready": True, "deleting": False}
     # Ready without PodRestored was reported as restoring, not as ready.
     assert "restoring" in [h["state"] for h in answer["history"]]
+    # Restored from the newest Ready snapshot without any pin: none on the pod, none on the template, which is
+    # exactly as it was (no new revision: nothing for the StatefulSet controller to roll), and one pod was made.
     pod = kube_api.get("v1", "pods", "default", "nb-0")
-    assert pod["metadata"]["annotations"][PIN_SNAPSHOT_ANNOTATION] == "snap-1"
+    assert PIN_SNAPSHOT_ANNOTATION not in (pod["metadata"].get("annotations") or {})
     assert gke.restored == [("nb-0", "snap-1")]
+    assert kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["template"] == template_before
+    assert pod_creations(kube_api)["nb"] == 1
+
+
+def test_item7_resume_refuses_a_snapshot_gke_would_not_restore_and_changes_nothing(
+    kube_api: KubeAPI, kubeconfig: str
+) -> None:
+    StatefulSetController(kube_api).attach()
+    kube_api.create(statefulset("nb"))
+    kube_api.create(snapshot("snap-old", origin_pod="nb-0"))
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the second one is the newest
+    kube_api.create(snapshot("snap-new", origin_pod="nb-0"))
+    kube_api.create(snapshot("snap-other", origin_pod="other-0"))
+    for name, said in (
+        ("snap-old", "newest Ready snapshot of this pod, snap-new, not snap-old"),
+        ("snap-other", "taken from pod other-0"),
+    ):
+        kube_api.reset_calls()
+        done = run_cli("resume", "nb", f"--snapshot={name}", "--json", *FAST, kubeconfig=kubeconfig)
+        answer = validate_output(done.json(), "resume")
+        assert (answer["state"], answer["action"]) == ("failed", "refused"), answer
+        assert said in answer["failure"]["reason"]
+        assert "does not pin" in answer["failure"]["next_step"]
+        assert [c for c in kube_api.calls if c.verb not in ("get", "list", "watch")] == []
+    assert kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["replicas"] == 0
+
+
+def test_item7_a_pin_an_older_version_left_on_the_template_is_removed_while_no_pod_exists(
+    kube_api: KubeAPI, kubeconfig: str
+) -> None:
+    StatefulSetController(kube_api).attach()
+    count_pods(kube_api)
+    pinned = statefulset("nb")
+    pinned["spec"]["template"]["metadata"]["annotations"] = {PIN_SNAPSHOT_ANNOTATION: "snap-gone", "keep": "me"}
+    kube_api.create(pinned)
+    done = run_cli("resume", "nb", "--wait", "--json", *FAST, kubeconfig=kubeconfig)
+    assert done.code == 0, done.stderr
+    answer = validate_output(done.json(), "resume")
+    assert (answer["state"], answer["pin_removed"]) == ("ready", "snap-gone")
+    template = kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"keep": "me"}
+    pod = kube_api.get("v1", "pods", "default", "nb-0")
+    assert PIN_SNAPSHOT_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+    assert pod_creations(kube_api)["nb"] == 1  # the pin went before the pod existed: nothing was rolled
 
 
 # --- waiting for capacity ---------------------------------------------------------------------------------------
@@ -460,9 +509,10 @@ def test_a_snapshot_deleted_under_a_running_resume_ends_it_failed(kube_api: Kube
     assert "snap-1 does not exist" in answer["failure"]["reason"]
     assert "%checkpoint restore" in answer["failure"]["next_step"]
     validate_output(answer, "resume")
+    # No pin was written (item 7): a later `status` sees a pod waiting for a node, no snapshot of its own.
     status = validate_output(run_cli("status", "nb", "--json", kubeconfig=kubeconfig).json(), "status")
-    assert status["state"] == "failed"
-    assert status["snapshot"]["exists"] is False
+    assert status["state"] == "waiting_for_capacity"
+    assert status["snapshot"] is None
 
 
 # --- Kubeflow kinds ---------------------------------------------------------------------------------------------
@@ -501,7 +551,7 @@ def test_notebook_resume_removes_the_stopped_annotation(kube_api: KubeAPI, kubec
     assert (after["state"], after["pod"]) == ("restoring", "nb-0")
 
 
-def test_workspace_resume_unpauses_and_pins(kube_api: KubeAPI, kubeconfig: str) -> None:
+def test_item7_workspace_resume_unpauses_and_pins_nothing(kube_api: KubeAPI, kubeconfig: str) -> None:
     """No simulated workspace controller here: the patch is checked."""
     kube_api.create(
         {
@@ -518,10 +568,8 @@ def test_workspace_resume_unpauses_and_pins(kube_api: KubeAPI, kubeconfig: str) 
     assert validate_output(done.json(), "resume")["action"] == "resumed"
     spec = kube_api.get("kubeflow.org/v1beta1", "workspaces", "default", "ws")["spec"]
     assert spec["paused"] is False
-    assert spec["podTemplate"]["podMetadata"] == {
-        "labels": {"a": "b"},
-        "annotations": {PIN_SNAPSHOT_ANNOTATION: "snap-ws"},
-    }
+    # podMetadata is copied into the StatefulSet's template by the workspace controller: no pin goes there.
+    assert spec["podTemplate"]["podMetadata"] == {"labels": {"a": "b"}}
 
 
 def test_notebook_resumed_to_ready_through_the_simulated_notebook_controller(

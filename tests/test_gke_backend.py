@@ -522,3 +522,57 @@ def test_gke_is_a_backend_name_and_reads_the_journal_it_left() -> None:
     assert failed.message == "The previous server recorded a failure at 2026-01-01T00:00:00+00:00."
     assert failed.next_step.startswith("Acknowledge to carry on; start kernels by hand")
     assert failed.next_step.endswith("with %checkpoint restore.")
+
+
+# -- issue 18 item 8: out of the Service before the freeze ----------------------------------------------------------
+
+
+def test_item8_readiness_fails_from_before_the_settle_until_the_return(tmp_path: Path) -> None:
+    """The readiness endpoint answers 503 before the snapshot is requested (the settle runs with the pod already
+    out of its Service), stays so while frozen, and answers 200 again once back in the restored pod."""
+    import urllib.error
+    import urllib.request
+
+    from tests.servers import free_port
+
+    def readiness(port: int) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    with KubeAPI() as kube:
+        GKESnapshotController(kube, checkpoint_seconds=0.1, upload_seconds=0.3).attach()
+        make_storage_config(kube)
+        kube.create(installed_policy())
+        uid = make_pod(kube)
+        files = PodFiles(tmp_path / "podinfo")
+        files.reset(uid)
+        sidecar = OwnTokenSidecar(kube, tmp_path / "sidecar", REQUIRE_ARGS, pod_uid=uid)
+        sidecar.start()
+        server = GKEServer(tmp_path, tmp_path / "state", sidecar, files, uid)
+        port = free_port()
+        server.extra_config += (
+            f"c.GKEBackend.readiness_port = {port}\n"
+            "c.GKEBackend.readiness_host = '127.0.0.1'\n"
+            "c.GKEBackend.settle_seconds = 1.0\n"
+        )
+        server.start()
+        try:
+            assert readiness(port) == 200
+            seq = server.last_seq()
+            server.api("POST", "suspend", {"reason": "lunch"}, expect=202)
+            wait_until(lambda: readiness(port) == 503, timeout=20, interval=0.05)
+            out_at = time.time()
+            requested = server.wait_journal("gke_snapshot_requested", after=seq)
+            assert out_at <= requested["mark_at"], (out_at, requested["mark_at"])
+            server.wait_journal("gke_pod_stopped", after=seq)
+            assert readiness(port) == 503  # frozen with the pod: still out of the Service
+            files.new_pod(new_pod(kube))
+            status = server.wait(lambda s: s["state"] == "ready", timeout=30)
+            assert status["restore"] in ("live", "cold")
+            assert readiness(port) == 200
+        finally:
+            server.stop()
+            sidecar.stop()

@@ -442,10 +442,12 @@ def test_workspace_suspend_pauses_it_with_state_and_pause_time_on_the_timeline(t
                 ["workspace_stop_requested", "workspace_terminating", "workspace_paused"],
             ), marks
             (paused,) = [e for e in server.journal() if e.get("mark") == "workspace_paused"]
-            assert paused["pause_time"] == workspace["status"]["pauseTime"]
+            # pauseTime is epoch milliseconds (current Kubeflow); the journal has it in whole seconds (item 3).
+            assert workspace["status"]["pauseTime"] > 10**11
+            assert paused["pause_time"] == workspace["status"]["pauseTime"] // 1000
             # At pauseTime (whole seconds), or at the mark before it if that came later: the timeline keeps order.
             before_paused = [e for e in server.journal() if e.get("mark") in marks[:-1]]
-            assert paused["mark_at"] == max(float(workspace["status"]["pauseTime"]), before_paused[-1]["mark_at"])
+            assert paused["mark_at"] == max(float(paused["pause_time"]), before_paused[-1]["mark_at"])
             assert (paused["workload_state"], paused["workload_state_message"]) == ("Paused", "Workspace is paused")
             assert status["backend"]["workload"]["state"] == "Paused"
             jsonschema.validate(status["backend"]["workload"], WORKLOAD_VIEW_SCHEMA)
@@ -554,5 +556,74 @@ def test_a_stop_the_api_fails_is_read_again_and_aborts_when_nothing_stopped(tmp_
             assert STOPPED_ANNOTATION not in (notebook["metadata"].get("annotations") or {})
             assert kube.get("v1", "pods", NAMESPACE, POD) is not None
             assert recorded == []
+        finally:
+            sidecar.stop()
+
+
+# -- issue 18 item 3: Workspace times in milliseconds (current Kubeflow) or seconds (the alpha branch) -------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [
+        (1_780_000_000_123, 1_780_000_000),  # notebooks-v2: metav1.Now().UnixMilli()
+        (1_780_000_000, 1_780_000_000),  # v2.0-alpha-branch: Unix()
+        (1_780_000_000.9, 1_780_000_000),
+        (0, None),  # never paused
+        (-5, None),
+        (True, None),
+        ("1780000000000", None),
+        (float("nan"), None),
+        (float("inf"), None),
+        (10**20, None),  # nanoseconds or garbage: no date in the year 5138+
+        (None, None),
+        ({"seconds": 1}, None),
+    ],
+)
+def test_item3_workspace_pause_time_is_read_by_magnitude_and_odd_values_never_crash(raw: Any, seconds: Any) -> None:
+    from jupyter_suspend.common.times import epoch_by_magnitude
+    from jupyter_suspend.sidecar.workload import workload_view
+
+    workspace = {"metadata": {"name": "w", "namespace": "n"}, "spec": {"paused": True}, "status": {"pauseTime": raw}}
+    view = workload_view(proto.WORKLOAD_WORKSPACE, workspace, "ws-w-0")
+    jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+    assert view["pause_time"] == seconds
+    assert view["stopped_at"] == (None if seconds is None else "2026-05-28T20:26:40Z")
+    # activity.lastActivity / lastUpdate share the unit and the reader.
+    got = epoch_by_magnitude(raw)
+    assert (int(got) if got is not None else None) == seconds
+
+
+@pytest.mark.parametrize("status", ["Paused", 7, ["pauseTime"], None])
+def test_item3_a_workspace_with_a_malformed_status_reads_as_no_status(status: Any) -> None:
+    from jupyter_suspend.sidecar.workload import workload_view
+
+    workspace = {"metadata": {"name": "w", "namespace": "n"}, "spec": [], "status": status}
+    view = workload_view(proto.WORKLOAD_WORKSPACE, workspace, "ws-w-0")
+    jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+    assert (view["pause_time"], view["state"], view["stopped"]) == (None, None, False)
+
+
+@pytest.mark.parametrize("seconds_clock", [False, True], ids=["milliseconds", "seconds"])
+def test_item3_the_sidecar_reads_a_paused_workspaces_pause_time_in_either_unit(
+    tmp_path: Path, seconds_clock: bool
+) -> None:
+    with KubeAPI() as kube:
+        KubeflowWorkspaceController(kube, terminate_seconds=0.0, seconds_clock=seconds_clock).attach()
+        kube.create(workspace_object(WORKSPACE, NAMESPACE))
+        pod_running(kube, WORKSPACE_POD)
+        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "workspace", WORKSPACE_POD).start()
+        try:
+            before = time.time()
+            run(sidecar.client.stop_workload({"name": WORKSPACE}))
+            wait_until(
+                lambda: kube.get(WORKSPACE_API, "workspaces", NAMESPACE, WORKSPACE)["status"]["state"] == "Paused"
+            )
+            raw = kube.get(WORKSPACE_API, "workspaces", NAMESPACE, WORKSPACE)["status"]["pauseTime"]
+            assert (raw < 10**11) is seconds_clock
+            view = run(sidecar.client.workload())  # the pod is gone; the sidecar process still answers
+            jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+            assert before - 1 <= view["pause_time"] <= time.time() + 1
+            assert abs(epoch(view["stopped_at"]) - view["pause_time"]) < 1
         finally:
             sidecar.stop()

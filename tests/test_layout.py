@@ -19,6 +19,8 @@ FORBIDDEN = {
     # The command line reads journals with the server's own pure readers (journal, replay); it never runs
     # inside the sidecar or a kernel.
     "cli": {"sidecar", "kernel"},
+    # The admission webhook is its own process (deploy/injector): the standard library and common only.
+    "injector": {"server", "kernel", "sidecar", "cli"},
 }
 
 

@@ -36,6 +36,8 @@ import pytest
 import yaml
 from traitlets.config import Config
 
+from tests import crd_schemas
+
 Doc = dict[str, Any]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -427,6 +429,8 @@ def test_every_document_is_valid(name: str, rendered: dict[str, list[Doc]]) -> N
     for doc in rendered[name]:
         if doc["apiVersion"].split("/")[0] == SNAPSHOT_GROUP:
             validate_snapshot_doc(doc)
+        elif crd_schemas.has_schema(doc):  # Kubeflow's PodDefault, Notebook: their upstream CRD schemas
+            crd_schemas.validate(doc)
         else:
             validate_builtin(doc)
 
@@ -658,7 +662,15 @@ def test_the_notebook_runs_the_gke_backend_in_gvisor_with_its_state_on_the_volum
     assert state_dir.startswith("/home/jovyan/")
     # A frozen pod fails its probes for minutes: a liveness probe would kill the checkpoint.
     assert "livenessProbe" not in container
-    assert container["readinessProbe"]["httpGet"]["path"] == "/api"
+    # Readiness is the gke backend's endpoint (503 while suspending): it fails within one period, well inside the
+    # settle the backend waits before the snapshot (issue 18 item 8).
+    probe = container["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/ready", "port": "readiness"}
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "readiness"]
+    assert f"--GKEBackend.readiness_port={port}" in container["args"]
+    from jupyter_suspend.server.backends.gke import GKEBackend
+
+    assert probe["periodSeconds"] * probe["failureThreshold"] < GKEBackend().settle_seconds
     # The labels GKE's selector and the Service select on.
     labels = statefulset["spec"]["template"]["metadata"]["labels"]
     assert NOTEBOOK_LABELS.items() <= labels.items()

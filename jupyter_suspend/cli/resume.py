@@ -1,7 +1,8 @@
 """``jupyter suspend status NAME`` and ``jupyter suspend resume NAME``: an environment seen and resumed from outside.
 
 Resume asks the workload for its pod again (a StatefulSet scaled 0 -> 1, a Notebook's ``kubeflow-resource-stopped``
-removed, a Workspace's ``spec.paused`` cleared), optionally pinning a PodSnapshot, and with ``--wait`` follows it
+removed, a Workspace's ``spec.paused`` cleared) -- never pinning a PodSnapshot on its pod template (``--snapshot``
+is accepted only when it names the snapshot GKE restores anyway, the newest Ready one) -- and with ``--wait`` follows it
 in plain states (:mod:`.follow`) until ``ready``, ``failed`` or its deadline (``timed_out``).
 
 Never two restores of one environment: only the holder of the environment's ``coordination.k8s.io`` Lease acts,
@@ -27,7 +28,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from traitlets import Bool, Float, Int, Unicode, default
 
-from jupyter_suspend.common.workloads import LEASE_GROUP, LEASE_VERSION, RESUME_LEASE_PREFIX, WORKLOAD_KINDS
+from jupyter_suspend.common.workloads import (
+    LEASE_GROUP,
+    LEASE_VERSION,
+    ORIGIN_POD_ANNOTATION,
+    RESUME_LEASE_PREFIX,
+    WORKLOAD_KINDS,
+)
 
 from .base import BASE_FLAGS, EXIT_FAILED, EXIT_OK, UsageError
 from .follow import (
@@ -410,7 +417,7 @@ def resume_environment(kube: Kube, request: Request, on_progress: ProgressCallba
         extra["action"] = "already_ready"
         return done(first)
     if request.snapshot:
-        refused = _unusable_snapshot(kube, request.snapshot)
+        refused = _unusable_snapshot(kube, request.snapshot) or _not_what_gke_restores(run.environment, obj)
         if refused is not None:
             extra["action"] = "refused"
             return done(refused)
@@ -439,7 +446,10 @@ def resume_environment(kube: Kube, request: Request, on_progress: ProgressCallba
         if target.wanted(obj):
             extra["action"] = "already_resuming"
         else:
-            target.resume(obj, request.snapshot)
+            left = target.pinned(obj)
+            target.resume(obj, remove_pin=bool(left))
+            if left:
+                extra["pin_removed"] = left
             extra["action"] = "resumed"
         return done(_follow(run, None, lease=lease))
     finally:
@@ -487,6 +497,36 @@ class CreateRetry:
             return
         self.last = time.monotonic()
         self.run.environment.workload.retry_create()
+
+
+def _not_what_gke_restores(environment: Environment, obj: JSON) -> Assessment | None:
+    """``--snapshot`` names a snapshot GKE would not pick. GKE restores a new pod from the newest Ready snapshot
+    that matches it (platform-facts section 1); jupyter suspend never pins another one on the workload's template
+    (see :meth:`Workload.resume`), so a resume can only restore that newest one. Anything else is refused,
+    with the way to get it, and nothing is changed."""
+    name = environment.request.snapshot or ""
+    names = environment.workload.pod_names(obj)
+    newest = snapshot_view(environment.kube.list_snapshots(), pinned=None, pod_names=names)
+    if newest is not None and newest.name == name:
+        return None
+    found = environment.kube.get_snapshot(name) or {}
+    origin = ((found.get("metadata") or {}).get("annotations") or {}).get(ORIGIN_POD_ANNOTATION)
+    if origin not in names:
+        reason = f"PodSnapshot {name} was taken from pod {origin}, not from {' or '.join(names)}"
+    else:
+        reason = (
+            f"GKE restores the newest Ready snapshot of this pod, {newest.name if newest else '(none)'}, not {name}"
+        )
+    return Assessment(
+        "failed",
+        f"{reason}: nothing was changed",
+        failure={
+            "reason": reason,
+            "next_step": "jupyter suspend does not pin a snapshot on the pod template (the pin would stay behind "
+            "and a later edit would roll the restored pod). To restore this one, delete the newer snapshots "
+            "(jupyter suspend snapshots delete NAME) and resume again, or resume without --snapshot.",
+        },
+    )
 
 
 def _follow(run: Run, obj: JSON | None, lease: Lease | None, joined: Lease | None = None) -> Assessment:
@@ -650,9 +690,11 @@ class ResumeApp(EnvironmentCommandApp):
     )
     schema_name = "resume"
 
-    snapshot = Unicode("", help="Restore from this PodSnapshot (pinned with podsnapshot.gke.io/ps-name).").tag(
-        config=True
-    )
+    snapshot = Unicode(
+        "",
+        help="Expect a restore from this PodSnapshot: accepted only when it is the newest Ready snapshot of the pod "
+        "(the one GKE restores); nothing is pinned on the workload's template.",
+    ).tag(config=True)
     wait = Bool(False, help="Follow until ready, failed or the timeout.").tag(config=True)
     timeout = Float(900.0, help="Seconds --wait follows before ending timed_out.").tag(config=True)
     join = Bool(True, help="Join a resume already running (False: refuse, exit 1).").tag(config=True)

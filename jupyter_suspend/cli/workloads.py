@@ -188,10 +188,15 @@ class Workload(ABC):
     def pod_selector(self, obj: JSON) -> str: ...
 
     @abstractmethod
-    def resume(self, obj: JSON, pin: str | None) -> None:
-        """Ask for the pod again, restoring from ``pin`` when given."""
+    def resume(self, obj: JSON, remove_pin: bool = False) -> None:
+        """Ask for the pod again. Never pins a snapshot: a ``podsnapshot.gke.io/ps-name`` on a pod *template*
+        stays there for every later pod, and removing it later changes the template revision, which rolls the
+        restored pod (GKE Workspaces learnt this and pins on the Pod at creation instead: gke-labs/workspaces
+        providers/gke/pod_snapshot_webhook_design.md). ``remove_pin``: take away a pin an older version left on
+        the template, in the same write (the workload is stopped: no pod exists to be rolled)."""
 
     def pinned(self, obj: JSON) -> str | None:
+        """A snapshot pin on the workload's pod template (left by an older version), if any."""
         return None
 
     def pod_names(self, obj: JSON) -> list[str]:
@@ -235,9 +240,9 @@ class StatefulSetWorkload(Workload):
         template = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
         return (template.get("annotations") or {}).get(PIN_SNAPSHOT_ANNOTATION)
 
-    def resume(self, obj: JSON, pin: str | None) -> None:
-        if pin:  # before the scale-up: the new pod is made from the pinned template
-            patch = {"spec": {"template": {"metadata": {"annotations": {PIN_SNAPSHOT_ANNOTATION: pin}}}}}
+    def resume(self, obj: JSON, remove_pin: bool = False) -> None:
+        if remove_pin:  # before the scale-up, while no pod exists: null removes the annotation
+            patch = {"spec": {"template": {"metadata": {"annotations": {PIN_SNAPSHOT_ANNOTATION: None}}}}}
             self.kube.patch_statefulset(self.name, patch)
         self.kube.scale_statefulset(self.name, 1)
 
@@ -247,8 +252,8 @@ class NotebookWorkload(Workload):
 
     kind = "notebook"
     title = "Notebook"
-    # Whether the notebook controller carries an annotation of the Notebook onto its pod template is not
-    # documented; a pin that may silently not reach the pod is refused instead.
+    # The notebook controller copies the Notebook's annotations onto its StatefulSet's pod template
+    # (kubeflow/notebooks notebooks-v1, notebook_controller.go generateStatefulSet): no pin was ever written here.
     can_pin = False
 
     def read(self) -> JSON | None:
@@ -264,7 +269,7 @@ class NotebookWorkload(Workload):
     def pod_selector(self, obj: JSON) -> str:
         return f"{NOTEBOOK_NAME_LABEL}={self.name}"
 
-    def resume(self, obj: JSON, pin: str | None) -> None:
+    def resume(self, obj: JSON, remove_pin: bool = False) -> None:
         patch = {"metadata": {"annotations": {NOTEBOOK_STOPPED_ANNOTATION: None}}}  # null removes it
         self.kube.patch_custom(NOTEBOOK_GROUP, NOTEBOOK_VERSION, NOTEBOOK_PLURAL, self.name, patch)
 
@@ -292,10 +297,10 @@ class WorkspaceWorkload(Workload):
         metadata = (((obj.get("spec") or {}).get("podTemplate") or {}).get("podMetadata")) or {}
         return (metadata.get("annotations") or {}).get(PIN_SNAPSHOT_ANNOTATION)
 
-    def resume(self, obj: JSON, pin: str | None) -> None:
+    def resume(self, obj: JSON, remove_pin: bool = False) -> None:
         spec: JSON = {"paused": False}
-        if pin:
-            spec["podTemplate"] = {"podMetadata": {"annotations": {PIN_SNAPSHOT_ANNOTATION: pin}}}
+        if remove_pin:  # the controller copies podMetadata into its StatefulSet's template: a pin there stays
+            spec["podTemplate"] = {"podMetadata": {"annotations": {PIN_SNAPSHOT_ANNOTATION: None}}}
         self.kube.patch_custom(WORKSPACE_GROUP, WORKSPACE_VERSION, WORKSPACE_PLURAL, self.name, {"spec": spec})
 
     def message(self, obj: JSON) -> str:

@@ -257,10 +257,26 @@ class WorkloadView(TypedDict):
     #: Workspace ``status.state`` (Running, Pending, Paused, Terminating, Error, Unknown); None for a notebook.
     state: str | None
     state_message: str | None
-    #: Workspace ``status.pauseTime`` (epoch seconds; None when unset or 0).
+    #: Workspace ``status.pauseTime`` in epoch seconds (written in ms or s, read by magnitude; None when unset or odd).
     pause_time: int | None
     #: Notebook ``status.readyReplicas``; None for a workspace.
     ready_replicas: int | None
+    #: Workspace: the signs of GKE Workspaces' snapshot add-on; None for a notebook.
+    snapshot_addon: SnapshotAddonView | None
+
+
+class SnapshotAddonView(TypedDict):
+    """What GKE Workspaces' snapshot add-on leaves on the Workspace and on the pod it configured (gke-labs/workspaces
+    providers/gke/internal/snapshot/snapshot.go, webhook.go)."""
+
+    #: Workspace annotation ``podsnapshot.gke.kubeflow.org/checkpoint-state``: Checkpointing, Ready, Restoring.
+    checkpoint_state: str | None
+    #: Workspace annotation ``podsnapshot.gke.kubeflow.org/last-checkpoint-name``.
+    last_checkpoint: str | None
+    #: The own pod has the add-on's readiness gate ``podsnapshot.gke.kubeflow.org/active``.
+    pod_readiness_gate: bool
+    #: The own pod's ``runtimeClassName`` (the add-on sets ``gvisor``).
+    pod_runtime_class: str | None
 
 
 class WorkloadStopped(TypedDict):

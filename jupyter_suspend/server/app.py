@@ -32,6 +32,7 @@ BACKENDS = {
     "gke": "jupyter_suspend.server.backends.gke:GKEBackend",
     "kubeflow-notebook": "jupyter_suspend.server.backends.kubeflow:KubeflowNotebookBackend",
     "kubeflow-workspace": "jupyter_suspend.server.backends.kubeflow:KubeflowWorkspaceBackend",
+    "gke-workspaces": "jupyter_suspend.server.backends.gke_workspaces:GKEWorkspacesBackend",
 }
 
 

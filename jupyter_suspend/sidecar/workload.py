@@ -27,6 +27,7 @@ from typing import Any
 
 from ..common import sidecar_protocol as proto
 from ..common import workloads as names
+from ..common.times import epoch_by_magnitude
 from .errors import Fault, NotFound
 from .kube import PodSnapshots, _json
 
@@ -49,13 +50,40 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def workload_view(kind: str, obj: Mapping[str, Any], pod: str) -> proto.WorkloadView:
-    """The Notebook or Workspace as the API serves it, normalised."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+def _map(value: Any) -> Mapping[str, Any]:
+    """A field that should be an object; anything else (a hand-edited or half-written object) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+#: GKE Workspaces' snapshot add-on (gke-labs/workspaces providers/gke/internal/snapshot/snapshot.go): the Workspace
+#: annotations it writes and the readiness gate its Pod webhook adds.
+ADDON_CHECKPOINT_STATE = "podsnapshot.gke.kubeflow.org/checkpoint-state"
+ADDON_LAST_CHECKPOINT = "podsnapshot.gke.kubeflow.org/last-checkpoint-name"
+ADDON_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+
+
+def snapshot_addon_view(workspace: Mapping[str, Any], pod: Mapping[str, Any] | None) -> proto.SnapshotAddonView:
+    annotations = _map(_map(workspace.get("metadata")).get("annotations"))
+    pod_spec = _map((pod or {}).get("spec"))
+    gates = pod_spec.get("readinessGates")
+    state, last = annotations.get(ADDON_CHECKPOINT_STATE), annotations.get(ADDON_LAST_CHECKPOINT)
+    runtime = pod_spec.get("runtimeClassName")
+    return {
+        "checkpoint_state": state if isinstance(state, str) else None,
+        "last_checkpoint": last if isinstance(last, str) else None,
+        "pod_readiness_gate": isinstance(gates, list)
+        and any(_map(g).get("conditionType") == ADDON_READINESS_GATE for g in gates),
+        "pod_runtime_class": runtime if isinstance(runtime, str) else None,
+    }
+
+
+def workload_view(
+    kind: str, obj: Mapping[str, Any], pod: str, pod_obj: Mapping[str, Any] | None = None
+) -> proto.WorkloadView:
+    """The Notebook or Workspace as the API serves it, normalised (``pod_obj``: the own pod, as read once)."""
+    meta, spec, status = (_map(obj.get(key)) for key in ("metadata", "spec", "status"))
     if kind == proto.WORKLOAD_NOTEBOOK:
-        stopped_at = (meta.get("annotations") or {}).get(names.NOTEBOOK_STOPPED_ANNOTATION)
+        stopped_at = _map(meta.get("annotations")).get(names.NOTEBOOK_STOPPED_ANNOTATION)
         return {
             "kind": kind,
             "name": str(meta.get("name", "")),
@@ -67,8 +95,12 @@ def workload_view(kind: str, obj: Mapping[str, Any], pod: str) -> proto.Workload
             "state_message": None,
             "pause_time": None,
             "ready_replicas": _int(status.get("readyReplicas")),
+            "snapshot_addon": None,
         }
-    pause_time = _int(status.get("pauseTime")) or None  # 0: never paused
+    # Epoch milliseconds on current Kubeflow, seconds on the old alpha branch: read by magnitude, and a value that
+    # is neither (a string, a negative, 0 = never paused) is "no pause time", never a crash.
+    paused_at = epoch_by_magnitude(status.get("pauseTime"))
+    pause_time = int(paused_at) if paused_at is not None and paused_at >= 1 else None
     state = status.get("state")
     message = status.get("stateMessage")
     return {
@@ -82,6 +114,7 @@ def workload_view(kind: str, obj: Mapping[str, Any], pod: str) -> proto.Workload
         "state_message": str(message) if isinstance(message, str) else None,
         "pause_time": pause_time,
         "ready_replicas": None,
+        "snapshot_addon": snapshot_addon_view(obj, pod_obj),
     }
 
 
@@ -95,6 +128,8 @@ class OwnerWorkload:
         #: A pod's labels that name its owner do not change while it lives (nor does this process outlive it):
         #: read once, so the owner can still be followed while the pod terminates.
         self._owner: str | None = None
+        #: The own pod as read then (its spec -- readiness gates, runtime class -- does not change either).
+        self._pod: dict[str, Any] | None = None
 
     def enabled(self) -> bool:
         return self.kind in RESOURCES
@@ -116,6 +151,7 @@ class OwnerWorkload:
                 f"{self.label}=<name>), or use the gke/local backend",
             )
         self._owner = value
+        self._pod = dict(pod)
         return value
 
     async def _read(self, name: str) -> dict[str, Any]:
@@ -143,7 +179,7 @@ class OwnerWorkload:
 
     async def view(self) -> proto.WorkloadView:
         name = await self.owner_name()
-        return workload_view(self.kind, await self._read(name), self.kube.pod)
+        return workload_view(self.kind, await self._read(name), self.kube.pod, self._pod)
 
     async def stop(self, expected_name: str | None) -> proto.WorkloadStopped:
         name = await self.owner_name()
@@ -153,7 +189,7 @@ class OwnerWorkload:
                 proto.E_FORBIDDEN_TARGET,
                 f"this sidecar acts on {self.kind} {name} (the owner of pod {self.kube.pod}) only, not {expected_name}",
             )
-        current = workload_view(self.kind, await self._read(name), self.kube.pod)
+        current = workload_view(self.kind, await self._read(name), self.kube.pod, self._pod)
         if current["stopped"]:
             return {"workload": current, "requested_at": None, "already_stopped": True}
         now = rfc3339(datetime.datetime.now(datetime.timezone.utc).timestamp())
@@ -181,7 +217,7 @@ class OwnerWorkload:
             raise Fault(404, proto.E_NOT_FOUND, f"{self.kind} {name} was deleted meanwhile") from None
         log.info("asked %s %s/%s to stop (%s)", self.kind, self.kube.namespace, name, patch)
         return {
-            "workload": workload_view(self.kind, _json(resp), self.kube.pod),
+            "workload": workload_view(self.kind, _json(resp), self.kube.pod, self._pod),
             "requested_at": now,
             "already_stopped": False,
         }

@@ -9,7 +9,9 @@ while the annotation `kubeflow-resource-stopped` is set, 1 otherwise. The Notebo
 Workspaces (`kubeflow.org/v1beta1` Workspace) -> StatefulSet `ws-<name>` whose pods are labelled
 `notebooks.kubeflow.org/workspace-name=<name>`; `spec.paused: true` -> replicas 0. `status.state` / `stateMessage`:
 Running (pod Ready), Pending (pod not Ready yet, with the scheduler's message), Terminating (paused, pod still there),
-Paused (paused, no pod; `pauseTime` = epoch seconds when the pause was first observed, cleared on unpause).
+Paused (paused, no pod; `pauseTime` = epoch **milliseconds** when the pause was first observed, cleared on
+unpause: kubeflow/notebooks `notebooks-v2` workspace_controller.go writes `metav1.Now().UnixMilli()`;
+`seconds_clock=True` writes seconds as the older `v2.0-alpha-branch` did).
 
 Simulation choices (not from Kubeflow's code): the workspace pod's spec is the controller's `workspace_pod_spec`
 (or the Workspace's annotation `simulated.kubeflow.org/pod-spec`, JSON); a paused workspace keeps its pod for
@@ -169,11 +171,22 @@ class KubeflowNotebookController:
 class KubeflowWorkspaceController:
     """Kubeflow Workspaces' workspace controller (StatefulSet and status; no Service, no WorkspaceKind logic)."""
 
-    def __init__(self, kube: KubeAPI, terminate_seconds: float = 0.1, workspace_pod_spec: JSON | None = None) -> None:
+    def __init__(
+        self,
+        kube: KubeAPI,
+        terminate_seconds: float = 0.1,
+        workspace_pod_spec: JSON | None = None,
+        seconds_clock: bool = False,
+    ) -> None:
         self.kube = kube
         self.terminate_seconds = terminate_seconds
+        self.seconds_clock = seconds_clock
         self.workspace_pod_spec = workspace_pod_spec or DEFAULT_POD_SPEC
         self._stopping: set[tuple[str, str]] = set()  # paused, pod kept for terminate_seconds
+
+    def _now_epoch(self) -> int:
+        """``UnixMilli()`` as notebooks-v2 writes it, or ``Unix()`` as the v2.0 alpha branch did."""
+        return int(time.time()) if self.seconds_clock else int(time.time() * 1000)
 
     def attach(self) -> KubeflowWorkspaceController:
         _ensure_workloads(self.kube)
@@ -239,10 +252,10 @@ class KubeflowWorkspaceController:
         pause_time: Any = 0
         if paused and pods:
             state, message = "Terminating", "Workspace is pausing: its pod is terminating"
-            pause_time = old.get("pauseTime") or int(time.time())
+            pause_time = old.get("pauseTime") or self._now_epoch()
         elif paused:
             state, message = "Paused", "Workspace is paused"
-            pause_time = old.get("pauseTime") or int(time.time())
+            pause_time = old.get("pauseTime") or self._now_epoch()
         elif pods and _ready(pods[0]):
             state, message = "Running", "Workspace is running"
         elif pods:

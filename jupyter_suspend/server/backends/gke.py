@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, Float, Int, Unicode
 
 from ...common import sidecar_protocol as proto
 from ...common.times import rfc3339_epoch
@@ -75,7 +75,9 @@ from .base import (
     ReturnedLive,
     SnapshotError,
 )
+from .gpu_driver import gpu_driver_note, read_driver_version
 from .local import LocalBackend
+from .readiness import ReadinessServer
 from .sidecar import SidecarBackend
 
 #: Journal entry kinds of this backend (the ``gke_`` prefix keeps them apart from the core's).
@@ -272,6 +274,20 @@ class GKEBackend(SidecarBackend):
         "later restart of this pod would silently restore that older state.",
     )
 
+    readiness_port = Int(
+        0,
+        config=True,
+        help="Port of a readiness endpoint (GET, any path) that answers 503 from just before the settle until the "
+        "return: the pod's readinessProbe points at it, so Kubernetes drops the pod from its Service before the "
+        "freeze. 0: off.",
+    )
+    readiness_host = Unicode(
+        "0.0.0.0", config=True, help="Address of the readiness endpoint (the kubelet probes the pod IP)."
+    )
+
+    #: Reads the NVIDIA driver version for the preflight (a seam: tests give a version).
+    driver_version_reader: Callable[[], str | None] = staticmethod(read_driver_version)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         #: Restarts the recorded kernels on a cold start, as on one machine.
@@ -281,6 +297,9 @@ class GKEBackend(SidecarBackend):
         self._background: set[asyncio.Task[None]] = set()
         #: The read of the sidecar facts in flight (the notes and the blockers of a dry run share it).
         self._facts: asyncio.Future[_SidecarFacts] | None = None
+        self.readiness = (
+            ReadinessServer(self.readiness_host, self.readiness_port).start() if self.readiness_port else None
+        )
         #: When this server process (in a cold pod: the pod) started, as near as the backend knows: when it
         #: was loaded (a process's start time from /proc has whole-second error: the boot time's).
         self.started_at = time.time()
@@ -334,11 +353,13 @@ class GKEBackend(SidecarBackend):
         facts = await self._preflight_facts()
         if facts.problem:
             return [f"A suspend would be refused now: {facts.problem}. Nothing would be released."]
-        return [
+        notes = [
             f"The sidecar answers at {self.sidecar_socket}; {_policy_note(facts)}",
             "The whole pod is snapshotted, stopped and restored by the platform; "
             "if no compatible snapshot exists the pod starts cold and the application checkpoints are restored.",
         ]
+        driver = gpu_driver_note(self.driver_version_reader)
+        return [*notes, driver] if driver else notes
 
     async def preflight_blockers(self, environment: Any) -> list[str]:
         """What would make a suspend abort now: the sidecar, a missing required policy, ``postCheckpoint: resume``."""
@@ -383,12 +404,22 @@ class GKEBackend(SidecarBackend):
 
     async def release(self, ctx: ReleaseContext) -> ReturnedLive:
         record = _recorder(ctx, self.log)
-        client = self.client()
         problem = await self.sidecar_problem()
         if problem:
             raise FlushFailed("release.sidecar", f"{problem}. {KEEPS_RUNNING}")
+        # Out of the Service until the suspend ends (aborted, or back in a restored pod), whatever happens.
+        if self.readiness is not None:
+            self.readiness.suspending()
+        try:
+            return await self._release(ctx, record)
+        finally:
+            if self.readiness is not None:
+                self.readiness.ready()
 
-        # Quiet: the flush is done; let the kernels' sockets settle before the freeze.
+    async def _release(self, ctx: ReleaseContext, record: Recorder) -> ReturnedLive:
+        client = self.client()
+        # Quiet: the flush is done and the pod is leaving its Service (readiness fails); let the kernels' and the
+        # browser's sockets settle before the freeze.
         await asyncio.sleep(max(0.0, self.settle_seconds))
         signals = self.signals()
         before = signals.identity()
@@ -681,7 +712,10 @@ class GKEBackend(SidecarBackend):
         )
 
     async def stop(self) -> None:
-        """Shutting down: stop following the pod after a return (``PodRestored``)."""
+        """Shutting down: stop following the pod after a return (``PodRestored``), close the readiness endpoint."""
+        if self.readiness is not None:
+            self.readiness.close()
+            self.readiness = None
         tasks = list(self._background)
         for task in tasks:
             task.cancel()

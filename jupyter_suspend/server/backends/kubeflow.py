@@ -68,6 +68,16 @@ def _next_step(exc: SidecarError | SidecarUnavailable) -> str:
     return "Check the sidecar's log (container 'sidecar'), then suspend again."
 
 
+def no_sidecar(socket_path: str, workload_kind: str) -> str:
+    """Why nothing can be stopped when the sidecar does not answer: it may simply not be in this pod."""
+    return (
+        f"the sidecar does not answer at {socket_path}: this pod has no running sidecar (it is added at pod "
+        "creation by a PodDefault or jupyter-suspend-injector; a pod labelled for it but created while neither ran "
+        "has none, see the pod's annotation jupyter-suspend.io/injection-skipped), or it is not running with "
+        f"--workload {workload_kind}"
+    )
+
+
 def workload_note(view: proto.WorkloadView) -> str:
     """One sentence about the owner for the status and the preflight."""
     what = "Kubeflow Notebook" if view["kind"] == proto.WORKLOAD_NOTEBOOK else "Kubeflow Workspace"
@@ -114,6 +124,9 @@ class KubeflowBackend(SidecarBackend):
         self._cycle: list[dict[str, Any]] = []
         #: The owner as last read (status ``backend.workload``); None: not read yet.
         self.last_view: proto.WorkloadView | None = None
+        #: Why the owner could not be read through the sidecar at the last try (status ``backend.sidecar_problem``:
+        #: a pod that should have its sidecar and has none says so); None: read fine, or not tried yet.
+        self.last_problem: str | None = None
         self.started_at = time.time()
 
     def describe(self) -> dict[str, Any]:
@@ -128,18 +141,21 @@ class KubeflowBackend(SidecarBackend):
             **described,
             "sidecar": self.sidecar_socket,
             "workload": dict(view) if view is not None else None,
+            "sidecar_problem": self.last_problem,
         }
 
     # -- dry run -----------------------------------------------------------------------
 
     async def _read_owner(self) -> tuple[proto.WorkloadView | None, str | None]:
-        """(the owner, why it cannot be stopped); bounded by the health timeout."""
+        """(the owner, why it cannot be stopped); bounded by the health timeout. Remembered for the status."""
+        view, problem = await self._read_owner_once()
+        self.last_problem = problem
+        return view, problem
+
+    async def _read_owner_once(self) -> tuple[proto.WorkloadView | None, str | None]:
         client = self.client(timeout=min(HEALTH_TIMEOUT, self.sidecar_timeout))
         if not await client.healthy():
-            return None, (
-                f"the sidecar does not answer at {client.socket_path} (is the 'sidecar' container running with "
-                f"--workload {self.workload_kind}?)"
-            )
+            return None, no_sidecar(client.socket_path, self.workload_kind)
         try:
             view = await client.workload()
         except SidecarError as exc:
@@ -175,7 +191,7 @@ class KubeflowBackend(SidecarBackend):
         client = self.client()
         try:
             if not await client.healthy():
-                raise SidecarUnavailable(f"the sidecar does not answer at {client.socket_path}")
+                raise SidecarUnavailable(no_sidecar(client.socket_path, self.workload_kind))
             view = await client.workload()
             self.last_view = view
             stopped = await self._stop(client, view)

@@ -1,0 +1,6 @@
+"""``python -m jupyter_suspend.injector``."""
+
+from .server import main
+
+if __name__ == "__main__":
+    main()
