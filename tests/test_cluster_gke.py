@@ -7,7 +7,9 @@ restored. The sidecar's Role is judged by the real RBAC authorizer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -228,3 +230,44 @@ def test_the_releaser_wins_the_race_with_the_real_statefulset_controller(
     assert snapshots is not None
     labels = [s["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] for s in snapshots["items"]]
     assert labels == [requested["trigger"]]
+
+
+def test_a_resume_leaves_no_pin_and_no_rollout_deletes_the_restored_pod(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], gke: GKESnapshotController, sidecar: RealSidecar,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A pin an older version wrote on the StatefulSet's template is removed before the pod exists; the resume
+    (with --snapshot naming the snapshot GKE restores anyway) changes nothing on the template; the real StatefulSet
+    controller then has no new revision to roll, and the restored pod stays."""
+    requested = asyncio.run(sidecar.client.request_snapshot())
+    snapshot = wait_for(
+        lambda: (p := asyncio.run(sidecar.client.follow(requested["trigger"], wait=5)))["phase"] == "ready" and p,
+        60,
+        "snapshot Ready",
+    )["snapshot"]
+    cluster.kubectl("scale", "statefulset", "notebook", "-n", kube_ns, "--replicas=0")
+    wait_for(lambda: get(cluster, kube_ns, "pod", "notebook-0") is None, 60, "the pod gone")
+    stale_pin = {"spec": {"template": {"metadata": {"annotations": {"podsnapshot.gke.io/ps-name": "gone-snapshot"}}}}}
+    cluster.kubectl("patch", "statefulset", "notebook", "-n", kube_ns, "--type=merge", "-p", json.dumps(stale_pin))
+    done = run_cli(
+        "resume", "notebook", "--kind", "statefulset", "--namespace", kube_ns, "--snapshot", snapshot,
+        "--wait", "--timeout", "120", "--json",
+        kubeconfig=str(cluster.admin_kubeconfig), subprocess=True, timeout=180,
+    )  # fmt: skip
+    assert done.code == 0, (done.stdout, done.stderr)
+    answer = done.json()
+    assert answer["state"] == "ready", answer
+    assert answer["restore"] == "live", answer
+    statefulset = get(cluster, kube_ns, "statefulset", "notebook")
+    assert statefulset is not None
+    annotations = statefulset["spec"]["template"]["metadata"].get("annotations") or {}
+    assert "podsnapshot.gke.io/ps-name" not in annotations, annotations
+    restored = get(cluster, kube_ns, "pod", "notebook-0")
+    assert restored is not None
+    time.sleep(5)  # a rollout would replace the pod now
+    statefulset = get(cluster, kube_ns, "statefulset", "notebook")
+    assert statefulset is not None
+    assert statefulset["status"]["currentRevision"] == statefulset["status"]["updateRevision"]
+    still = get(cluster, kube_ns, "pod", "notebook-0")
+    assert still is not None
+    assert still["metadata"]["uid"] == restored["metadata"]["uid"]
