@@ -176,6 +176,10 @@ def build(log: Path | None = None, quiet: bool = False) -> Path:
             shutil.rmtree(target)
         staging.rename(target)
         (target.parent / "build-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+        # Older pins' builds (about 0.5 GB each) are not kept.
+        for other in cache_root().iterdir():
+            if other.is_dir() and other != target.parent and (other / "bin").is_dir():
+                shutil.rmtree(other, ignore_errors=True)
         return target
 
 
