@@ -506,5 +506,10 @@ class GKESnapshotController:
             self.namespace,
             "podsnapshots",
             name,
-            [{"op": "replace", "path": "/metadata/finalizers", "value": finalizers}],
+            # the resourceVersion test makes a concurrent change a 409 instead of a lost finalizer
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": snapshot["metadata"]["resourceVersion"]},
+                {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
+            ],
+            _content_type="application/json-patch+json",
         )
