@@ -399,17 +399,22 @@ def test_refused_requests_make_no_api_call(
         assert kube_api.calls == [], (method, path, kube_api.calls)
     assert not kube_api.rejected
 
-    # Another pod's snapshot: a get to read its origin, then 403 -- never a delete.
+    # Another pod's snapshot: a get to read its origin, then the answer a missing one gets -- never a delete.
     with pytest.raises(SidecarError) as err:
         run(sidecar.client.delete_snapshot(other))
-    assert (err.value.status, err.value.code) == (403, proto.E_FORBIDDEN_TARGET)
-    assert "other-0" in err.value.message
+    assert (err.value.status, err.value.code) == (404, proto.E_NOT_FOUND)
+    with pytest.raises(SidecarError) as missing:
+        run(sidecar.client.delete_snapshot("no-such-snapshot"))
+    assert str(err.value).replace(other, "NAME") == str(missing.value).replace("no-such-snapshot", "NAME")
     assert called(kube_api) == {("podsnapshot.gke.io", "podsnapshots", "get")}
     assert kube_api.get(GKE, "podsnapshots", NAMESPACE, other) is not None
     # Another pod's snapshot request cannot be followed, and its snapshot is not listed as this pod's.
     with pytest.raises(SidecarError) as err:
         run(sidecar.client.follow("other-trigger"))
-    assert (err.value.status, err.value.code) == (403, proto.E_FORBIDDEN_TARGET)
+    assert (err.value.status, err.value.code) == (404, proto.E_NOT_FOUND)
+    with pytest.raises(SidecarError) as missing:
+        run(sidecar.client.follow("no-such-trigger"))
+    assert str(err.value).replace("other-trigger", "NAME") == str(missing.value).replace("no-such-trigger", "NAME")
     assert run(sidecar.client.snapshots())["snapshots"] == []
     assert not kube_api.calls_matching(verb="delete")
 

@@ -16,19 +16,53 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets, bind_unix_socket
 
 from .api import DRAIN_LIMIT, Context, make_app
 from .config import Config, ConfigError, parse_config
+from .redact import REDACTOR, install
 
 log = logging.getLogger("jupyter_suspend.sidecar")
 
-#: Worker threads for blocking API calls; a long-poll holds one for up to 30 s.
-KUBE_THREADS = 16
+#: Worker threads for the API calls of ordinary requests (a pod read, a trigger create).
+KUBE_THREADS = 8
+#: Worker threads for long-poll watches alone (see kube.WATCH_SLOTS): abandoned long-polls
+#: cannot take the threads ordinary requests need.
+WATCH_THREADS = 8
+#: Open connections at most; further ones are closed at once (what an unbounded number of held
+#: connections would otherwise cost: file descriptors and memory). Above 200 busy + 300 idle.
+MAX_CONNECTIONS = 1024
+#: The request line and headers must arrive within this (and an idle keep-alive connection is
+#: closed after it); a body within BODY_TIMEOUT. A drip-fed request holds a connection no longer.
+HEADER_TIMEOUT = 10.0
+BODY_TIMEOUT = 10.0
+MAX_HEADER_BYTES = 16 * 1024
+
+
+class BoundedHTTPServer(HTTPServer):
+    """tornado's HTTPServer with a cap on open connections."""
+
+    def initialize(self, *args: Any, max_connections: int = MAX_CONNECTIONS, **kwargs: Any) -> None:
+        super().initialize(*args, **kwargs)
+        self.max_connections = max_connections
+        self._last_refusal_log = 0.0
+
+    def handle_stream(self, stream: IOStream, address: Any) -> None:
+        if len(self._connections) >= self.max_connections:
+            stream.close()
+            now = time.monotonic()
+            if now - self._last_refusal_log > 10:
+                self._last_refusal_log = now
+                log.warning("%d connections open: refusing further ones", len(self._connections))
+            return
+        super().handle_stream(stream, address)
 
 
 def write_secret(path: str) -> bytes:
@@ -89,12 +123,20 @@ async def serve(config: Config) -> None:
     from .workload import OwnerWorkload
 
     executor = ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
+    watch_executor = ThreadPoolExecutor(max_workers=WATCH_THREADS, thread_name_prefix="watch")
     api_client = api_client_from_files(config)
-    kube = PodSnapshots(config, api_client, executor)
+    kube = PodSnapshots(config, api_client, executor, watch_executor)
     owner = OwnerWorkload(kube)
     secret = write_secret(config.secret_path)
+    REDACTOR.add(secret)
     ctx = Context(config, kube, secret, owner if owner.enabled() else None)
-    server = HTTPServer(make_app(ctx), max_body_size=DRAIN_LIMIT, idle_connection_timeout=60)
+    server = BoundedHTTPServer(
+        make_app(ctx),
+        max_body_size=DRAIN_LIMIT,
+        idle_connection_timeout=HEADER_TIMEOUT,  # tornado's header timeout, also for keep-alive
+        body_timeout=BODY_TIMEOUT,
+        max_header_size=MAX_HEADER_BYTES,
+    )
     try:
         where = _listen(server, config)
     except BaseException:
@@ -125,6 +167,7 @@ async def serve(config: Config) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(server.close_all_connections(), 2.0)
         executor.shutdown(wait=False, cancel_futures=True)
+        watch_executor.shutdown(wait=False, cancel_futures=True)
         api_client.close()
 
 
@@ -139,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    install()
     _skip_manifest_validation()
     from kubernetes.config.config_exception import ConfigException
 

@@ -9,7 +9,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..common.sidecar_protocol import DEFAULT_SECRET_PATH, DEFAULT_SOCKET_PATH, WORKLOAD_MODES
+from ..common.sidecar_protocol import (
+    DEFAULT_SECRET_PATH,
+    DEFAULT_SOCKET_PATH,
+    WORKLOAD_MODES,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_label_key,
+    is_label_value,
+)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_TOKEN_FILE = f"{SA_DIR}/token"
@@ -21,11 +29,7 @@ POLICY_MODES = ("create", "require")
 POLICY_OFF = "off"
 POST_CHECKPOINT = ("stop", "resume")
 
-# RFC 1123 names as Kubernetes validates object names and label values.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DURATION = re.compile(r"^\d+[smhd]$")
+_DURATION = re.compile(r"\d+[smhd]")
 
 
 class ConfigError(ValueError):
@@ -33,7 +37,8 @@ class ConfigError(ValueError):
 
 
 def is_object_name(value: str) -> bool:
-    return bool(_DNS_SUBDOMAIN.match(value))
+    """A pod or custom-resource name (DNS-1123 subdomain; see :mod:`~jupyter_suspend.common.sidecar_protocol`)."""
+    return is_dns1123_subdomain(value)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def parse_selector(text: str) -> dict[str, str]:
             continue
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+        if not sep or not is_label_key(key) or not is_label_value(value):
             raise ConfigError(f"--policy-selector: {part!r} is not a label key=value pair")
         selector[key] = value
     return selector
@@ -217,7 +222,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
     if not args.pod_name or not is_object_name(args.pod_name):
         raise ConfigError("the pod name is missing or invalid: set --pod-name or POD_NAME (downward API)")
     namespace = args.pod_namespace or _read_text(args.namespace_file)
-    if not namespace or not is_object_name(namespace):
+    if not namespace or not is_dns1123_label(namespace):
         raise ConfigError(
             f"the namespace is unknown: set --pod-namespace or POD_NAMESPACE, or mount {args.namespace_file}"
         )
@@ -246,7 +251,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
             )
         if not storage_config:
             raise ConfigError("--policy-mode create needs --storage-config (a PodSnapshotStorageConfig name)")
-        if retention is not None and not _DURATION.match(retention):
+        if retention is not None and not _DURATION.fullmatch(retention):
             raise ConfigError(f"--retention {retention!r}: expected a duration such as 7d, 12h or 'none'")
     if policy_mode != POLICY_OFF and not is_object_name(policy_name):
         raise ConfigError(f"--policy-name {policy_name!r} is not a valid object name")
