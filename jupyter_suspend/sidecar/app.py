@@ -36,20 +36,16 @@ KUBE_THREADS = 8
 #: Worker threads for long-poll watches alone (see kube.WATCH_SLOTS): abandoned long-polls
 #: cannot take the threads ordinary requests need.
 WATCH_THREADS = 8
-#: Open connections at most; further ones are closed at once (what an unbounded number of held
-#: connections would otherwise cost: file descriptors and memory). Above 200 busy + 300 idle.
-MAX_CONNECTIONS = 1024
-#: The request line and headers must arrive within this (and an idle keep-alive connection is
-#: closed after it); a body within BODY_TIMEOUT. A drip-fed request holds a connection no longer.
-HEADER_TIMEOUT = 10.0
-BODY_TIMEOUT = 10.0
+#: Open connections are capped (``--max-connections``, default 1024: above 200 busy + 300 idle
+#: ones); a request's headers, and then its body, must arrive within ``--request-timeout``: a
+#: drip-fed request holds a connection no longer.
 MAX_HEADER_BYTES = 16 * 1024
 
 
 class BoundedHTTPServer(HTTPServer):
     """tornado's HTTPServer with a cap on open connections."""
 
-    def initialize(self, *args: Any, max_connections: int = MAX_CONNECTIONS, **kwargs: Any) -> None:
+    def initialize(self, *args: Any, max_connections: int = 1024, **kwargs: Any) -> None:
         super().initialize(*args, **kwargs)
         self.max_connections = max_connections
         self._last_refusal_log = 0.0
@@ -133,9 +129,10 @@ async def serve(config: Config) -> None:
     server = BoundedHTTPServer(
         make_app(ctx),
         max_body_size=DRAIN_LIMIT,
-        idle_connection_timeout=HEADER_TIMEOUT,  # tornado's header timeout, also for keep-alive
-        body_timeout=BODY_TIMEOUT,
+        idle_connection_timeout=config.request_timeout,  # tornado's header timeout, also for keep-alive
+        body_timeout=config.request_timeout,
         max_header_size=MAX_HEADER_BYTES,
+        max_connections=config.max_connections,
     )
     try:
         where = _listen(server, config)

@@ -64,6 +64,10 @@ class Config:
     log_level: str = "INFO"
     #: ``none`` (GKE Pod Snapshots), ``notebook`` or ``workspace`` (stop the own pod's Kubeflow owner).
     workload: str = "none"
+    #: Seconds for a request's headers to arrive (and an idle connection to be kept), and again for its body.
+    request_timeout: float = 10.0
+    #: Open connections at most; further ones are closed at once.
+    max_connections: int = 1024
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -142,6 +146,20 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--secret",
         default=default("SIDECAR_SECRET", DEFAULT_SECRET_PATH),
         help="file the per-start bearer secret is written to (mode 0600) [env SIDECAR_SECRET]",
+    )
+
+    srv.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(default("SIDECAR_REQUEST_TIMEOUT", "10") or 10),
+        help="seconds for a request's headers to arrive, and again for its body; an idle connection is "
+        "closed after it [env SIDECAR_REQUEST_TIMEOUT]",
+    )
+    srv.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(default("SIDECAR_MAX_CONNECTIONS", "1024") or 1024),
+        help="open connections at most; further ones are closed at once [env SIDECAR_MAX_CONNECTIONS]",
     )
 
     sa = p.add_argument_group("Kubernetes service account")
@@ -257,6 +275,10 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         raise ConfigError(f"--policy-name {policy_name!r} is not a valid object name")
     if args.kube_timeout <= 0:
         raise ConfigError("--kube-timeout must be positive")
+    if not 0 < args.request_timeout <= 3600:
+        raise ConfigError("--request-timeout must be between 0 and 3600 seconds")
+    if args.max_connections < 8:
+        raise ConfigError("--max-connections must be at least 8")
     return Config(
         pod_name=args.pod_name,
         namespace=namespace,
@@ -276,4 +298,6 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         log_level=args.log_level,
         api_version=args.api_version,
         workload=args.workload,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
     )
