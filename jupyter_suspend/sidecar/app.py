@@ -90,7 +90,7 @@ def _remove(path: str | None) -> None:
 def _listen(server: HTTPServer, config: Config) -> str:
     if config.listen is not None:
         host, port = config.listen
-        for sock in bind_sockets(port, address=host):
+        for sock in bind_sockets(port, address=host, backlog=config.max_connections):
             server.add_socket(sock)
         return f"http://{host}:{port}"
     assert config.socket_path
@@ -99,8 +99,9 @@ def _listen(server: HTTPServer, config: Config) -> str:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.lstat(config.socket_path).st_mode):
             raise ConfigError(f"{config.socket_path} exists and is not a socket; refusing to replace it")
-    # bind_unix_socket replaces a stale socket file and sets the mode.
-    server.add_socket(bind_unix_socket(config.socket_path, mode=0o660))
+    # bind_unix_socket replaces a stale socket file and sets the mode. A Unix socket refuses
+    # connects (EAGAIN) while its backlog is full: room for a burst up to the connection cap.
+    server.add_socket(bind_unix_socket(config.socket_path, mode=0o660, backlog=config.max_connections))
     return f"unix:{config.socket_path}"
 
 
