@@ -1019,3 +1019,89 @@ def test_item8_transport_failures_are_named(kube_api: KubeAPI, tmp_path: Path, s
         for s in accepted:
             s.close()
         silent.close()
+
+
+# --- issue 18: after a restore, and trigger names ---------------------------------------------------------------------
+
+
+def _restore(kube_api: KubeAPI) -> str:
+    """What a restore does to the API's view: the old pod's token no longer authenticates, the pod is a new one
+    (a new uid) whose PodRestored condition is True. Returns the token the new pod's kubelet would project."""
+    kube_api._tokens.pop(kube_api.token)  # the deleted pod's bound token is refused from now on
+    fresh = kube_api.add_token(kube_api.user)
+    kube_api.delete("v1", "pods", NAMESPACE, POD)
+    make_pod(kube_api)
+    kube_api.patch_status(
+        "v1",
+        "pods",
+        NAMESPACE,
+        POD,
+        {"conditions": [{"type": "PodRestored", "status": "True", "message": "restored from snapshot s1"}]},
+    )
+    return fresh
+
+
+def test_item18_6_after_restore_fresh_token_is_read_again_on_401(
+    kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    """The world where the kubelet has written the new pod's token: the first call is refused with the cached
+    token, the sidecar reads the file at once and the one retry succeeds (not after the client's 60 s refresh)."""
+    old_uid = make_pod(kube_api)
+    kube_api.create(installed_policy())
+    sidecar = Sidecar(kube_api, tmp_path / "sidecar", REQUIRE_ARGS, pod_uid=old_uid)
+    sidecars.append(sidecar)
+    sidecar.start()
+    assert run(sidecar.client.pod())["restored"] is False
+    fresh = _restore(kube_api)
+    (sidecar.sa / "token").write_text(fresh)
+    kube_api.reset_calls()
+    pod = run(sidecar.client.pod())
+    # The downward-API uid is the old pod's (environment from memory): reported, and the restore is known from the
+    # API's PodRestored condition, not from the uid alone.
+    assert pod["restored"] is True
+    assert pod["started_uid"] == old_uid != pod["uid"]
+    assert [c.verb for c in kube_api.rejected] == ["get"]  # one refused call, then the retry with the new token
+    assert run(sidecar.client.request_snapshot())["trigger"]
+    assert len(kube_api.rejected) == 1
+    assert fresh not in sidecar.log()
+
+
+def test_item18_6_after_restore_stale_token_says_so_and_leaves_cleanup_to_the_releaser(
+    kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    """The world where the files still hold the deleted pod's token: one retry after re-reading, then a plain
+    answer (status, next step) -- and a snapshot deletion is not attempted a third time."""
+    make_pod(kube_api)
+    kube_api.create(installed_policy())
+    sidecar = start(kube_api, tmp_path, sidecars, REQUIRE_ARGS)  # started with a uid that is not the pod's
+    assert run(sidecar.client.pod())["restored"] is False  # a uid that differs is not, alone, a restore
+    _restore(kube_api)
+    kube_api.reset_calls()
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.delete_snapshot("consumed-snapshot"))
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAUTHORIZED, True)
+    assert "also after reading it again" in err.value.message
+    assert "restored from a snapshot" in err.value.next_step
+    assert "releaser" in err.value.next_step
+    assert len(kube_api.rejected) == 2  # the call and its one retry
+    assert kube_api.calls == []
+
+
+def test_item18_8_trigger_names_fit_a_label_value(
+    kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    from jupyter_suspend.sidecar.kube import TRIGGERED_BY_LABEL, trigger_name
+
+    for pod in ("notebook-0", "a" * 63, "a" * 200 + "-0", "x" * 39 + ".y-0", "n" * 40 + "-" * 5 + "b"):
+        name = trigger_name(pod)
+        assert proto.is_trigger_name(name), name
+        assert len(name) <= 63
+    long_pod = "research-" + "n" * 100 + "-0"
+    make_pod(kube_api, long_pod, labels={"app": "notebook"})
+    kube_api.create(installed_policy())
+    sidecar = start(kube_api, tmp_path, sidecars, [*REQUIRE_ARGS, "--pod-name", long_pod])
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    assert len(trigger) <= 63
+    done = follow_until_done(sidecar.client, trigger)
+    snapshot = kube_api.get(GKE, "podsnapshots", NAMESPACE, done["snapshot"])
+    assert snapshot["metadata"]["labels"][TRIGGERED_BY_LABEL] == trigger
