@@ -492,8 +492,7 @@ class PodSnapshots:
                 502,
                 proto.E_KUBE_UNAVAILABLE,
                 f"the Kubernetes API answered {status} ({reason}) to '{verb}' on {resource}",
-                retryable=True,
-                next_step="try again shortly; if it persists, the cluster's control plane needs attention",
+                retryable=True,  # the next step is "again, in a moment": the caller words it for its own context
             )
         raise Fault(
             502,
