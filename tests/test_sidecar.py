@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from jupyter_suspend.common import sidecar_protocol as proto
-from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, SidecarUnavailable
+from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, SidecarUnavailable, _parse_response
 from jupyter_suspend.sidecar.config import ConfigError, parse_config
 from tests.kubeapi import KubeAPI, wait_until
 from tests.kubeapi.gke import GKESnapshotController
@@ -849,13 +849,18 @@ def test_item5_request_deadlines_and_connection_cap(kube_api: KubeAPI, tmp_path:
     assert time.monotonic() - t0 < 3.0
     s.close()
     assert kube_api.calls == []
-    # The cap: 16 held connections; the 17th is closed at once, and a slot frees when one goes.
+    # The cap: 16 held connections; the 17th is answered 503 too_busy and closed at once, and a slot frees
+    # when one goes.
     held = [sidecar.connect() for _ in range(16)]
     time.sleep(0.2)
     extra = sidecar.connect()
     extra.settimeout(2)
-    assert extra.recv(1024) == b""
+    answer = b""
+    while data := extra.recv(4096):
+        answer += data
     extra.close()
+    status, body = _parse_response(answer, "over the cap")
+    assert (status, json.loads(body)["error"], json.loads(body)["retryable"]) == (503, proto.E_TOO_BUSY, True)
     held.pop().close()
     time.sleep(0.2)
     assert sidecar.raw("GET", proto.PATH_POD)[0] == 200

@@ -53,8 +53,12 @@ namespaces, :func:`is_trigger_name` for snapshot requests): 400
 ``invalid_value`` otherwise.
 
 Errors are ``{"error": <code>, "message": ..., "retryable": bool}`` plus
-``next_step`` where there is one (:class:`ErrorBody`). Requests refused for
-their form (401, 400, 403, 413) never reach the Kubernetes API.
+``next_step`` where there is one (:class:`ErrorBody`), in the sidecar's words
+(what the API server said stays in the sidecar's log). Requests refused for
+their form (401, 400, 403, 413) never reach the Kubernetes API. A connection
+over the sidecar's cap is answered 503 ``too_busy``; a request's headers, and
+then its body, must arrive within the sidecar's ``--request-timeout``; a
+long-poll whose caller hangs up ends at once.
 
 Standard library only: imported by the server extension and the sidecar.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -22,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tornado.httpserver import HTTPServer
-from tornado.iostream import IOStream
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets, bind_unix_socket
 
+from ..common.sidecar_protocol import E_TOO_BUSY
 from .api import DRAIN_LIMIT, Context, make_app
 from .config import Config, ConfigError, parse_config
 from .redact import REDACTOR, install
@@ -49,16 +51,44 @@ class BoundedHTTPServer(HTTPServer):
         super().initialize(*args, **kwargs)
         self.max_connections = max_connections
         self._last_refusal_log = 0.0
+        self._refusing: set[asyncio.Future[None]] = set()
 
     def handle_stream(self, stream: IOStream, address: Any) -> None:
         if len(self._connections) >= self.max_connections:
-            stream.close()
             now = time.monotonic()
             if now - self._last_refusal_log > 10:
                 self._last_refusal_log = now
                 log.warning("%d connections open: refusing further ones", len(self._connections))
+            task = asyncio.ensure_future(_refuse(stream))
+            self._refusing.add(task)  # referenced until done (the loop keeps only weak references)
+            task.add_done_callback(self._refusing.discard)
             return
         super().handle_stream(stream, address)
+
+
+_BUSY_BODY = json.dumps(
+    {
+        "error": E_TOO_BUSY,
+        "message": "the sidecar holds its maximum of open connections",
+        "retryable": True,
+        "next_step": "try again in a moment; close connections you no longer use",
+    }
+).encode()
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
+
+
+async def _refuse(stream: IOStream) -> None:
+    """Answer 503 ``too_busy`` without reading the request, then close."""
+    try:
+        await asyncio.wait_for(stream.write(_BUSY), 1.0)
+    except (StreamClosedError, asyncio.TimeoutError):
+        pass
+    finally:
+        stream.close()
 
 
 def write_secret(path: str) -> bytes:
