@@ -52,11 +52,13 @@ def granted(role: dict[str, Any], resource_names_for: Iterable[str] = ()) -> set
 
 
 def allows(role: dict[str, Any], call: Call, field_name: str | None = None) -> bool:
-    """Whether ``role`` authorizes ``call`` as Kubernetes' RBAC authorizer does (rbac.RuleAllows in
-    plugin/pkg/auth/authorizer/rbac: verb, API group, resource[/subresource] and, when a rule lists
-    resourceNames, the request's name). A ``list``/``watch`` has a name only through its field selector
-    ``metadata.name=`` (``field_name``); a ``create`` never has one, so a rule with resourceNames never
-    allows it. The loopback server does not enforce RBAC: tests ask this function about its recorded calls."""
+    """Whether ``role`` authorizes ``call`` as Kubernetes' RBAC authorizer does (``RuleAllows`` in
+    kubernetes/kubernetes plugin/pkg/auth/authorizer/rbac/rbac.go: verb, API group, resource[/subresource] and,
+    when a rule lists resourceNames, the request's name). A ``list``/``watch`` has a name only through its field
+    selector ``metadata.name=`` (``field_name``; RequestInfo takes it from there since Kubernetes 1.11,
+    kubernetes/kubernetes#63469); a ``create`` never has one, so a rule with resourceNames never allows it.
+    No wildcards (:func:`granted` refuses them in our Roles). The loopback server does not enforce RBAC: tests
+    ask this function about its recorded calls."""
     resource = call.resource if call.subresource is None else f"{call.resource}/{call.subresource}"
     name = call.name if call.verb not in ("list", "watch") else field_name
     if call.verb == "create":
