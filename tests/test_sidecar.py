@@ -1111,3 +1111,39 @@ def test_item18_8_trigger_names_fit_a_label_value(
     done = follow_until_done(sidecar.client, trigger)
     snapshot = kube_api.get(GKE, "podsnapshots", NAMESPACE, done["snapshot"])
     assert snapshot["metadata"]["labels"][TRIGGERED_BY_LABEL] == trigger
+
+
+def test_item8_new_connection_error_is_not_taken_for_a_timeout() -> None:
+    """The trap of item 8, pinned: urllib3's NewConnectionError (and NameResolutionError) subclass
+    ConnectTimeoutError, so the classification tests them first."""
+    import socket
+
+    import urllib3
+
+    from jupyter_suspend.sidecar.config import parse_config
+    from jupyter_suspend.sidecar.errors import Fault
+    from jupyter_suspend.sidecar.kube import PodSnapshots
+
+    errors = urllib3.exceptions
+    assert issubclass(errors.NewConnectionError, errors.ConnectTimeoutError)
+    assert issubclass(errors.NameResolutionError, errors.NewConnectionError)
+    config = parse_config([*REQUIRE_ARGS, "--pod-name", POD, "--pod-namespace", NAMESPACE], env={})
+    from kubernetes import client
+
+    kube = PodSnapshots(config, client.ApiClient(client.Configuration()))
+    conn = urllib3.connection.HTTPSConnection("api.example", 443)
+    cases = [
+        (errors.NewConnectionError(conn, "Failed to establish a new connection: [Errno 111] Connection refused"), 502,
+         proto.E_KUBE_REFUSED),
+        (errors.NameResolutionError("api.example", conn, socket.gaierror(-2, "Name or service not known")), 502,
+         proto.E_KUBE_DNS),
+        (errors.ConnectTimeoutError(conn, "timed out"), 504, proto.E_KUBE_TIMEOUT),
+        (errors.ReadTimeoutError(None, "/", "read timed out"), 504, proto.E_KUBE_TIMEOUT),  # type: ignore[arg-type]
+        (errors.SSLError("certificate verify failed"), 502, proto.E_KUBE_TLS),
+        (errors.ProtocolError("Connection aborted."), 502, proto.E_KUBE_UNAVAILABLE),
+    ]  # fmt: skip
+    for exc, status, code in cases:
+        with pytest.raises(Fault) as fault:
+            kube._transport_fault(exc, "get", "pods")
+        assert (fault.value.status, fault.value.code) == (status, code), exc
+        assert fault.value.next_step, exc

@@ -623,9 +623,10 @@ class PodSnapshots:
                 return False  # the caller left while the watch was opened
             for line in watch.watch.iter_resp_lines(resp):
                 with contextlib.suppress(ValueError):
-                    if json.loads(line).get("type") == "BOOKMARK":
+                    event = json.loads(line)
+                    if isinstance(event, dict) and event.get("type") == "BOOKMARK":
                         continue
-                return True
+                return True  # any other event (ERROR, e.g. 410 Gone, included): read the object again
             return False
         except (urllib3.exceptions.HTTPError, OSError):
             if holder.cancelled:
@@ -660,8 +661,7 @@ class PodSnapshots:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if not watching.done():
                 holder.cancel()  # the caller went away: free the thread now
-            watching_result = await watching
-            del watching_result
+            await watching
         except (NotFound, Conflict):
             pass
         except Fault as fault:
