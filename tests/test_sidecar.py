@@ -894,6 +894,26 @@ def test_item6_names_by_kubernetes_rules(check: Any, good: list[str], bad: list[
         assert not check(name), name
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--pod-name", "notebook-0\n"],
+        ["--pod-name", "a..b"],
+        ["--pod-namespace", "team.a"],
+        ["--policy-name", "p\n"],
+        ["--api-version", "v1/../../api"],
+        ["--api-version", "v1\n"],
+    ],
+)
+def test_item6_configured_names_are_checked_at_start(args: list[str]) -> None:
+    base = ["--pod-name", POD, "--pod-namespace", NAMESPACE, *REQUIRE_ARGS]
+    with pytest.raises(ConfigError):
+        parse_config([*base, *args], env={})
+    with pytest.raises(ConfigError, match="storage-config"):
+        parse_config(["--pod-name", POD, "--pod-namespace", NAMESPACE, *CREATE_ARGS[:-1], "store\n"], env={})
+    assert parse_config(base, env={}).pod_name == POD
+
+
 def test_item6_bad_names_are_refused_before_any_api_call(
     kube_api: KubeAPI, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:

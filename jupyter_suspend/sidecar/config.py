@@ -30,6 +30,7 @@ POLICY_OFF = "off"
 POST_CHECKPOINT = ("stop", "resume")
 
 _DURATION = re.compile(r"\d+[smhd]")
+_API_VERSION = re.compile(r"v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?")
 
 
 class ConfigError(ValueError):
@@ -269,10 +270,14 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
             )
         if not storage_config:
             raise ConfigError("--policy-mode create needs --storage-config (a PodSnapshotStorageConfig name)")
+        if not is_object_name(storage_config):
+            raise ConfigError(f"--storage-config {storage_config!r} is not a valid object name")
         if retention is not None and not _DURATION.fullmatch(retention):
             raise ConfigError(f"--retention {retention!r}: expected a duration such as 7d, 12h or 'none'")
     if policy_mode != POLICY_OFF and not is_object_name(policy_name):
         raise ConfigError(f"--policy-name {policy_name!r} is not a valid object name")
+    if not _API_VERSION.fullmatch(args.api_version or ""):  # it becomes part of every request's path
+        raise ConfigError(f"--api-version {args.api_version!r}: expected a Kubernetes API version such as v1")
     if args.kube_timeout <= 0:
         raise ConfigError("--kube-timeout must be positive")
     if not 0 < args.request_timeout <= 3600:
