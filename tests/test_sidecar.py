@@ -1167,3 +1167,16 @@ def test_item8_new_connection_error_is_not_taken_for_a_timeout() -> None:
             kube._transport_fault(exc, "get", "pods")
         assert (fault.value.status, fault.value.code) == (status, code), exc
         assert fault.value.next_step, exc
+
+
+def test_item6_an_owner_label_that_is_no_object_name_is_refused_before_any_owner_call(
+    kube_api: KubeAPI, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    make_pod(kube_api, labels={"notebook-name": "Not_A.Name"})  # a valid label value, no valid object name
+    sidecar = start(kube_api, tmp_path, sidecars, ["--workload", "notebook"])
+    kube_api.reset_calls()
+    for method, path, body in (("GET", proto.PATH_WORKLOAD, b""), ("POST", proto.PATH_WORKLOAD_STOP, b"{}")):
+        status, answer = sidecar.raw(method, path, body)
+        assert (status, answer["error"]) == (409, proto.E_OWNER_UNKNOWN), answer
+        assert answer["next_step"]
+    assert {(c.verb, c.resource) for c in kube_api.calls} == {("get", "pods")}
