@@ -561,6 +561,14 @@ _BODIES = st.one_of(
     st.sampled_from([b"[" * 5000, b'{"pod": "notebook-0"', b"null", b"x" * (proto.MAX_BODY_BYTES + 1)]),
 )
 _AUTH = st.sampled_from(["right"] * 5 + ["none", "wrong", "basic", "right+junk", "lowercase"])
+#: Further headers: control characters, the secret or the token in other headers, a second Authorization.
+_EXTRA_HEADERS = st.lists(
+    st.tuples(
+        st.sampled_from(["X-Note", "Authorization", "Cookie", "X-Forwarded-For", "Bad\x01Name", "Transfer-Encoding"]),
+        st.sampled_from(["SECRET", "TOKEN", "a\x01b", "a\x7fb", "\x1b[31mred", "chunked", "x" * 2000, "Bearer SECRET"]),
+    ),
+    max_size=2,
+)
 
 
 def _send(sidecar: Sidecar, raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -583,9 +591,15 @@ def _send(sidecar: Sidecar, raw: bytes) -> tuple[int, dict[str, Any]]:
     query=_QUERY,
     body=_BODIES,
     auth=_AUTH,
+    extra=_EXTRA_HEADERS,
 )
 def test_hostile_sidecar_requests_make_no_api_call_when_refused(
-    hostile_sidecar: tuple[KubeAPI, Sidecar], request: tuple[str, str], query: dict[str, str], body: bytes, auth: str
+    hostile_sidecar: tuple[KubeAPI, Sidecar],
+    request: tuple[str, str],
+    query: dict[str, str],
+    body: bytes,
+    auth: str,
+    extra: list[tuple[str, str]],
 ) -> None:
     kube, sidecar = hostile_sidecar
     method, path = request
@@ -602,6 +616,8 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
     lines = [f"{method} {target} HTTP/1.1", "Host: sidecar", "Connection: close", f"Content-Length: {len(body)}"]
     if header is not None:
         lines.append(f"Authorization: {header}")
+    for name, value in extra:
+        lines.append(f"{name}: {value.replace('SECRET', secret).replace('TOKEN', kube.token)}")
     raw = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
     kube.reset_calls()
     status, answer = _send(sidecar, raw)
@@ -612,7 +628,7 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
         assert calls == [], calls
         return
     assert status < 500, (status, answer)
-    if auth != "right":
+    if auth != "right" or any(name == "Authorization" for name, _ in extra):
         assert (status, answer.get("error")) == (401, proto.E_UNAUTHORIZED), (auth, answer)
     if status >= 400:
         assert set(answer) <= {"error", "message", "retryable", "next_step"}, answer
