@@ -388,6 +388,7 @@ class PodSnapshots:
         #: every other request needs (None: ``executor``).
         self.watch_executor = watch_executor or executor
         self._watch_slots: asyncio.Semaphore | None = None
+        self._pod_view: asyncio.Future[proto.PodView] | None = None
         #: The token source api_client_from_files installed (its refresh hook); None: a client made otherwise.
         hook_owner = getattr(api_client.configuration.refresh_api_key_hook, "__self__", None)
         self.credentials = hook_owner if isinstance(hook_owner, Credentials) else None
@@ -693,7 +694,16 @@ class PodSnapshots:
         return _json(resp)
 
     async def pod_view(self) -> proto.PodView:
-        """The own pod and the policy that applies to it (read with the verbs the snapshot needs: ``get``)."""
+        """The own pod and the policy that applies to it (read with the verbs the snapshot needs: ``get``).
+
+        Requests that arrive while a read is under way share it (one pair of API calls for a burst of
+        callers, not one per caller): what a flood of ``GET /v1/pod`` costs is bounded.
+        """
+        if self._pod_view is None or self._pod_view.done():
+            self._pod_view = asyncio.ensure_future(self._read_pod_view())
+        return await asyncio.shield(self._pod_view)
+
+    async def _read_pod_view(self) -> proto.PodView:
         pod = await self.read_pod()
         return pod_view(pod, self.config.pod_uid, await self.policy_view())
 
