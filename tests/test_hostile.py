@@ -545,7 +545,7 @@ _REQUESTS = st.one_of(
 _QUERY = st.one_of(
     st.just({}),
     st.dictionaries(
-        st.sampled_from(["pod", "namespace", "wait", "since", "all", "secret"]),
+        st.sampled_from(["pod", "namespace", "wait", "since", "all", "secret", "SECRET"]),
         st.one_of(_NAMES, st.sampled_from(["31", "-1", "nan", "1e9", "0", "ready", "done", "team-a", "team-b"])),
         max_size=3,
     ),
@@ -612,6 +612,7 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
         "right+junk": f"Bearer {secret}x",
         "lowercase": f"bearer {secret.lower()}",
     }[auth]
+    query = {k.replace("SECRET", secret): v for k, v in query.items()}  # the secret as a parameter's name
     target = path + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
     lines = [f"{method} {target} HTTP/1.1", "Host: sidecar", "Connection: close", f"Content-Length: {len(body)}"]
     if header is not None:

@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,7 +113,7 @@ class BaseHandler(web.RequestHandler):
         """The body as a JSON object with only ``fields`` (name -> type); empty body = ``{}``."""
         raw = self._raw_body()
         if self.request.query_arguments:
-            names = ", ".join(sorted(self.request.query_arguments))
+            names = ", ".join(_shown(key) for key in sorted(self.request.query_arguments))
             raise Fault(400, proto.E_UNKNOWN_FIELD, f"{self.request.method} takes its fields in the body, not {names}")
         if not raw.strip():
             return {}
@@ -125,7 +126,7 @@ class BaseHandler(web.RequestHandler):
         for key, value in body.items():
             if key not in fields:
                 allowed = ", ".join(sorted(fields)) or "none"
-                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown field {key!r} (allowed: {allowed})")
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown field {_shown(key)} (allowed: {allowed})")
             _check_type(key, value, fields[key])
         return body
 
@@ -138,7 +139,7 @@ class BaseHandler(web.RequestHandler):
         for key, values in self.request.query_arguments.items():
             if key not in allowed:
                 names = ", ".join(sorted(allowed))
-                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown query parameter {key!r} (allowed: {names})")
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown query parameter {_shown(key)} (allowed: {names})")
             if len(values) != 1:
                 raise Fault(400, proto.E_INVALID_VALUE, f"query parameter {key!r} given more than once")
             out[key] = values[0].decode("utf-8", "replace")
@@ -345,6 +346,15 @@ class NotFoundHandler(BaseHandler):
     def prepare(self) -> None:
         super().prepare()
         raise web.HTTPError(404)
+
+
+_SHOWN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+def _shown(key: str) -> str:
+    """A caller's field name as an answer may quote it: short and plain, or not at all (it may be anything,
+    the secret included, and answers end up in the server's log)."""
+    return repr(key) if _SHOWN.fullmatch(key) else "(a name not shown)"
 
 
 def _check_type(key: str, value: Any, kind: type) -> None:
