@@ -80,8 +80,11 @@ class Sidecar:
         args: Sequence[str] = (),
         pod_uid: str = "uid-at-start",
         tcp: tuple[str, int] | None = None,
+        extra_env: dict[str, str] | None = None,
     ):
         self.kube = kube
+        #: Environment set after the service-account files' (e.g. another KUBERNETES_SERVICE_PORT).
+        self.extra_env = dict(extra_env or {})
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sa = self.dir / "serviceaccount"
@@ -122,7 +125,15 @@ class Sidecar:
         env.update(self.kube.incluster_files(self.sa, NAMESPACE))
         # POD_NAMESPACE is left out on purpose: the namespace comes from the service-account file.
         env.update(POD_NAME=POD, POD_UID=self.pod_uid, PYTHONPATH=str(ROOT))
+        env.update(self.extra_env)
         return env
+
+    def connect(self) -> socket.socket:
+        """An open connection to the sidecar, nothing sent."""
+        s = socket.socket(socket.AF_INET if self.tcp else socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(self.tcp or self.socket_path)
+        return s
 
     def start(self, timeout: float = 30.0) -> Sidecar:
         log = self.log_path.open("ab")

@@ -883,3 +883,51 @@ def test_the_releaser_role_writes_only_the_scale_and_its_annotation(rendered: di
         (SNAPSHOT_GROUP, "podsnapshots", "list"),
         ("", "pods", "list"),
     }
+
+
+# --- issue 19, item 1: every Role pinned to the objects the code knows by name -------------------------------------
+
+#: (overlay, resource) rules that cannot be pinned, each with its reason beside it in the manifest.
+UNPINNABLE = {
+    ("base", "podsnapshotmanualtriggers"),  # names generated per request; create cannot be pinned
+    ("base", "podsnapshots"),  # GKE names each snapshot
+    ("kubeflow-workspace", "pods"),  # the workspace controller generates the pod's name
+}
+
+
+def _option(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.parametrize("name", ["base", "cpu", "kubeflow-notebook", "kubeflow-workspace"])
+def test_item1_sidecar_roles_pin_every_known_name(name: str, rendered: dict[str, list[Doc]]) -> None:
+    rules = only(rendered[name], "Role", SIDECAR_SA)["rules"]
+    kind = "base" if name == "cpu" else name
+    for rule in rules:
+        for resource in rule["resources"]:
+            if (kind, resource) in UNPINNABLE or (resource == "podsnapshotpolicies" and rule["verbs"] == ["create"]):
+                assert not set(rule["verbs"]) & {"update", "patch", "deletecollection", "*"}, rule
+                continue
+            assert rule.get("resourceNames"), (name, rule)
+    if kind == "base":
+        args = sidecar(rendered[name])["args"]
+        pods = [r for r in rules if "pods" in r["resources"]]
+        policies = [r for r in rules if "podsnapshotpolicies" in r["resources"]]
+        assert [r["resourceNames"] for r in pods] == [[f"{only(rendered[name], 'StatefulSet')['metadata']['name']}-0"]]
+        # require mode: the one installed policy, read only (no create rule left).
+        assert _option(args, "--policy-mode") == "require"
+        assert [(r["resourceNames"], r["verbs"]) for r in policies] == [([_option(args, "--policy-name")], ["get"])]
+
+
+def test_item1_every_unpinned_rule_says_why() -> None:
+    """In the Role files, each rule without resourceNames has a comment above it saying why it cannot be pinned."""
+    import itertools
+
+    text = (DEPLOY / "base" / "role.yaml").read_text()
+    rules = text.split("\nrules:\n", 1)[1].split("\n---", 1)[0]
+    blocks = rules.split("  - apiGroups:")
+    for comment, rule in itertools.pairwise(blocks):
+        if "resourceNames" not in rule.split("\n  #", 1)[0]:
+            assert "pinn" in comment.lower(), rule
+    workspace = (DEPLOY / "overlays" / "kubeflow-workspace" / "kustomization.yaml").read_text()
+    assert "NOT PINNED" in workspace

@@ -7,11 +7,11 @@ request timeout, so that a caller's deadline holds even when the API server stop
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from jupyter_suspend.common.sidecar_protocol import is_dns1123_subdomain
 from jupyter_suspend.common.workloads import (
     NOTEBOOK_GROUP,
     NOTEBOOK_NAME_LABEL,
@@ -36,12 +36,11 @@ MERGE_PATCH = "application/merge-patch+json"
 RETRY_CREATE_ANNOTATION = "jupyter-suspend/retry-create-at"
 #: The label Kubeflow Workspaces put on a workspace's pods.
 WORKSPACE_NAME_LABEL = "notebooks.kubeflow.org/workspace-name"
-#: An object name the API accepts (RFC 1123 subdomain).
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 def valid_name(name: str) -> bool:
-    return len(name) <= 253 and bool(NAME_RE.match(name))
+    """An object name the API accepts: Kubernetes' DNS-1123 subdomain rule (no ``a..b``, no trailing newline)."""
+    return is_dns1123_subdomain(name)
 
 
 class Kube:

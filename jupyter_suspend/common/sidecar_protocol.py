@@ -27,7 +27,8 @@ Endpoints (``{name}`` is a Kubernetes object name):
     :class:`SnapshotList`: the PodSnapshots whose origin is the own pod.
 ``DELETE /v1/snapshots/{name}``
     Deletes one of the own pod's snapshots and the trigger that made it.
-    :class:`SnapshotDeleted`; 403 for another pod's snapshot, 404 if missing.
+    :class:`SnapshotDeleted`; 404 if missing or another pod's (the same answer:
+    nothing about other pods is revealed).
 ``GET  /v1/workload``
     :class:`WorkloadView`: the Kubeflow Notebook or Workspace that owns the
     own pod, named by the pod's own label (:data:`OWNER_LABELS`), never by the
@@ -46,15 +47,25 @@ Every authenticated endpoint also accepts ``pod`` and ``namespace`` (body
 fields for POST, query parameters otherwise); if given they must name the
 sidecar's own pod, or the answer is 403 ``forbidden_target``.
 
+Every name is checked with Kubernetes' own rules before any API call
+(:func:`is_dns1123_subdomain` for object names, :func:`is_dns1123_label` for
+namespaces, :func:`is_trigger_name` for snapshot requests): 400
+``invalid_value`` otherwise.
+
 Errors are ``{"error": <code>, "message": ..., "retryable": bool}`` plus
-``next_step`` where there is one (:class:`ErrorBody`). Requests refused for
-their form (401, 400, 403, 413) never reach the Kubernetes API.
+``next_step`` where there is one (:class:`ErrorBody`), in the sidecar's words
+(what the API server said stays in the sidecar's log). Requests refused for
+their form (401, 400, 403, 413) never reach the Kubernetes API. A connection
+over the sidecar's cap is answered 503 ``too_busy``; a request's headers, and
+then its body, must arrive within the sidecar's ``--request-timeout``; a
+long-poll whose caller hangs up ends at once.
 
 Standard library only: imported by the server extension and the sidecar.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal, TypedDict
 
 # -- where ------------------------------------------------------------------
@@ -88,6 +99,57 @@ def snapshot_request_path(trigger: str) -> str:
 
 def snapshot_path(name: str) -> str:
     return f"{PATH_SNAPSHOTS}/{name}"
+
+
+# -- Kubernetes names ---------------------------------------------------------
+#
+# Exactly Kubernetes' rules (k8s.io/apimachinery/pkg/util/validation/validation.go:
+# IsDNS1123Label, IsDNS1123Subdomain, IsValidLabelValue). Go's regexp ``$`` is
+# end of text; Python's ``$`` also matches before a final newline, hence
+# ``fullmatch`` here and nowhere a ``match`` with ``$``.
+
+_DNS1123_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
+_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(?:\.{_DNS1123_LABEL})*")
+_LABEL_VALUE_RE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_QUALIFIED_NAME_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63
+
+
+def is_dns1123_label(value: object) -> bool:
+    """A namespace name (and any name Kubernetes validates as a DNS-1123 label): ``a-b``, not ``a.b``."""
+    return isinstance(value, str) and len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL_RE.fullmatch(value))
+
+
+def is_dns1123_subdomain(value: object) -> bool:
+    """An object name (pods, custom resources): dot-separated DNS-1123 labels, at most 253 characters
+    (``a..b``, ``a.-b``, ``-a`` and ``a\n`` are refused)."""
+    return (
+        isinstance(value, str) and len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN_RE.fullmatch(value))
+    )
+
+
+def is_label_value(value: object) -> bool:
+    """A label value: empty, or up to 63 of ``[-A-Za-z0-9_.]`` starting and ending alphanumeric."""
+    return isinstance(value, str) and len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE_RE.fullmatch(value))
+
+
+def is_label_key(value: object) -> bool:
+    """A label key: ``[prefix/]name``, the prefix a DNS-1123 subdomain, the name a qualified name (<= 63)."""
+    if not isinstance(value, str):
+        return False
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_dns1123_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(_QUALIFIED_NAME_RE.fullmatch(name))
+
+
+#: A snapshot request's name becomes the PodSnapshot's label ``gke-pod-snapshot-triggered-by``
+#: (platform-facts §1), so it must also be a label value: at most 63 characters.
+def is_trigger_name(value: object) -> bool:
+    return is_dns1123_subdomain(value) and is_label_value(value)
 
 
 # -- request fields ---------------------------------------------------------
@@ -213,8 +275,9 @@ class PodView(TypedDict):
     #: The uid the API reports now.
     uid: str | None
     #: The uid the sidecar was started with (downward API). After a restore
-    #: from a snapshot it is the *old* pod's uid: environment variables come
-    #: back from memory, so ``uid != started_uid`` means "restored".
+    #: from a snapshot it may be the *old* pod's uid (environment variables
+    #: come back from memory) or not: informational only, never taken alone
+    #: as a sign of a restore -- ``restored`` (the API's PodRestored) is.
     started_uid: str | None
     phase: str | None
     node_name: str | None
@@ -319,7 +382,11 @@ E_KUBE_FORBIDDEN = "kube_forbidden"  # 502: the Role does not allow a call
 E_KUBE_UNAUTHORIZED = "kube_unauthorized"  # 502: the token was refused
 E_KUBE_ERROR = "kube_error"  # 502: any other API answer
 E_KUBE_UNAVAILABLE = "kube_unavailable"  # 502, retryable: 5xx / 429 / connection
-E_KUBE_TIMEOUT = "kube_timeout"  # 504, retryable
+E_KUBE_TIMEOUT = "kube_timeout"  # 504, retryable: no connection, or no answer, in time
+E_KUBE_REFUSED = "kube_refused"  # 502, retryable: the API server's address refused the connection
+E_KUBE_DNS = "kube_dns"  # 502, retryable: the API server's host name does not resolve
+E_KUBE_TLS = "kube_tls"  # 502: the API server's certificate is not trusted (CA file, host name)
+E_TOO_BUSY = "too_busy"  # 503, retryable: the sidecar holds its maximum of connections
 E_INTERNAL = "internal"  # 500
 E_NOT_ENABLED = "not_enabled"  # 409: snapshot endpoint with --workload, or workload endpoint without
 E_OWNER_UNKNOWN = "owner_unknown"  # 409: the own pod has no owner label of the configured kind

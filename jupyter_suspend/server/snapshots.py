@@ -15,16 +15,15 @@ environment is suspending, suspended or restoring, deleting either is refused
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
+from ..common.sidecar_protocol import is_dns1123_subdomain
 from ..common.times import rfc3339_epoch
 from .backends.base import Backend, SnapshotError
 from .states import State
 
 #: A Kubernetes object name (DNS subdomain, RFC 1123): what a PodSnapshot may be called.
-OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 #: States in which the snapshot the resume needs must stay.
 RESUME_NEEDS_SNAPSHOT = frozenset(
@@ -53,7 +52,8 @@ class SnapshotRefused(Exception):
 
 
 def is_object_name(name: str) -> bool:
-    return bool(OBJECT_NAME.fullmatch(name))
+    """Kubernetes' own rule (DNS-1123 subdomain: ``a..b`` refused), the one check the sidecar applies too."""
+    return is_dns1123_subdomain(name)
 
 
 def unsupported_reason(backend: Backend) -> str:

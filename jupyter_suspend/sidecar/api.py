@@ -1,15 +1,19 @@
 """The sidecar's HTTP surface (see :mod:`jupyter_suspend.common.sidecar_protocol`).
 
 Every request is checked -- bearer secret, body size, JSON form, fields and
-types, target pod and namespace -- before anything reaches the Kubernetes
-API: a refused request makes no API call at all.
+types, every name by Kubernetes' rules, target pod and namespace -- before
+anything reaches the Kubernetes API: a refused request makes no API call at all.
+Errors are said in the sidecar's words with a next step; the access log names
+the endpoint (its route), never the raw URI, headers or body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tornado import httputil, web
 
 from ..common import sidecar_protocol as proto
-from .config import Config, is_object_name
+from .config import Config
 from .errors import Fault
 
 if TYPE_CHECKING:
@@ -50,11 +54,19 @@ class BaseHandler(web.RequestHandler):
     #: Query parameters (name -> type) a GET or DELETE accepts besides the identity check.
     query_fields: Mapping[str, type] = {}
 
+    #: The route, as the access log names it (never the raw URI: it may hold anything).
+    route = "?"
+
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
         self._chunks: list[bytes] = []
         self._received = 0
         self._too_large = False
+        #: Set when the client hangs up: a long-poll stops at once.
+        self.gone = asyncio.Event()
+
+    def on_connection_close(self) -> None:
+        self.gone.set()
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", proto.CONTENT_TYPE)
@@ -101,7 +113,7 @@ class BaseHandler(web.RequestHandler):
         """The body as a JSON object with only ``fields`` (name -> type); empty body = ``{}``."""
         raw = self._raw_body()
         if self.request.query_arguments:
-            names = ", ".join(sorted(self.request.query_arguments))
+            names = ", ".join(_shown(key) for key in sorted(self.request.query_arguments))
             raise Fault(400, proto.E_UNKNOWN_FIELD, f"{self.request.method} takes its fields in the body, not {names}")
         if not raw.strip():
             return {}
@@ -114,7 +126,7 @@ class BaseHandler(web.RequestHandler):
         for key, value in body.items():
             if key not in fields:
                 allowed = ", ".join(sorted(fields)) or "none"
-                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown field {key!r} (allowed: {allowed})")
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown field {_shown(key)} (allowed: {allowed})")
             _check_type(key, value, fields[key])
         return body
 
@@ -127,16 +139,25 @@ class BaseHandler(web.RequestHandler):
         for key, values in self.request.query_arguments.items():
             if key not in allowed:
                 names = ", ".join(sorted(allowed))
-                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown query parameter {key!r} (allowed: {names})")
+                raise Fault(400, proto.E_UNKNOWN_FIELD, f"unknown query parameter {_shown(key)} (allowed: {names})")
             if len(values) != 1:
                 raise Fault(400, proto.E_INVALID_VALUE, f"query parameter {key!r} given more than once")
             out[key] = values[0].decode("utf-8", "replace")
         return out
 
     def check_target(self, fields: Mapping[str, Any]) -> None:
-        """An explicit pod or namespace must be this pod's own."""
+        """An explicit pod or namespace must be a valid name, and this pod's own."""
         pod = fields.get(proto.FIELD_POD)
         namespace = fields.get(proto.FIELD_NAMESPACE)
+        if pod is not None:
+            self.check_name(pod, "pod")
+        if namespace is not None and not proto.is_dns1123_label(namespace):
+            raise Fault(
+                400,
+                proto.E_INVALID_VALUE,
+                "namespace is not a valid Kubernetes namespace name (a DNS-1123 label)",
+                next_step="omit namespace: the sidecar acts in its own pod's namespace",
+            )
         if pod is not None and pod != self.ctx.config.pod_name:
             raise Fault(
                 403, proto.E_FORBIDDEN_TARGET, f"this sidecar acts on pod {self.ctx.config.pod_name} only, not {pod}"
@@ -149,8 +170,22 @@ class BaseHandler(web.RequestHandler):
             )
 
     def check_name(self, name: str, what: str) -> str:
-        if not is_object_name(name):
-            raise Fault(400, proto.E_INVALID_VALUE, f"{what} {name!r} is not a valid Kubernetes object name")
+        """An object name by Kubernetes' rules (a snapshot request's also a label value); the name is not echoed."""
+        if what == "snapshot request":
+            if not proto.is_trigger_name(name):
+                raise Fault(
+                    400,
+                    proto.E_INVALID_VALUE,
+                    "the snapshot request name is not valid (a DNS-1123 subdomain of at most 63 characters)",
+                    next_step="use the trigger name POST /v1/snapshot-requests answered",
+                )
+        elif not proto.is_dns1123_subdomain(name):
+            raise Fault(
+                400,
+                proto.E_INVALID_VALUE,
+                f"the {what} name is not a valid Kubernetes object name (a DNS-1123 subdomain)",
+                next_step="use a name as the API lists it: lower-case letters, digits, '-' and '.', at most 253",
+            )
         return name
 
     def snapshots_enabled(self) -> None:
@@ -192,32 +227,42 @@ class BaseHandler(web.RequestHandler):
             }.get(status_code, proto.E_MALFORMED if 400 <= status_code < 500 else proto.E_INTERNAL)
             message = httputil.responses.get(status_code, "error")
             if status_code == 404:
-                message = f"no endpoint {self.request.path}"
+                message = "no such endpoint"
             body = {"error": code, "message": message, "retryable": False}
-        else:
-            body = {"error": proto.E_INTERNAL, "message": f"{type(exc).__name__}: {exc}", "retryable": True}
+        else:  # the exception itself is in the log (log_exception), never in the answer
+            body = {
+                "error": proto.E_INTERNAL,
+                "message": "the sidecar failed unexpectedly",
+                "retryable": True,
+                "next_step": "try again; if it persists, the sidecar container's log has the details",
+            }
         self.finish(json.dumps(body))
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, (Fault, web.HTTPError)):
             return  # the access line says enough
-        log.error("unexpected error in %s %s", self.request.method, self.request.path, exc_info=(typ, value, tb))
+        log.error("unexpected error in %s %s", self.request.method, self.route, exc_info=(typ, value, tb))
 
 
 class HealthHandler(BaseHandler):
     auth_required = False
+    route = proto.PATH_HEALTH
 
     def get(self) -> None:
         self.answer({"ok": True})
 
 
 class PodHandler(BaseHandler):
+    route = proto.PATH_POD
+
     async def get(self) -> None:
         self.check_target(self.query())
         self.answer(await self.ctx.kube.pod_view())
 
 
 class SnapshotRequestsHandler(BaseHandler):
+    route = proto.PATH_SNAPSHOT_REQUESTS
+
     async def post(self) -> None:
         body = self.json_body(_IDENTITY)
         self.check_target(body)
@@ -226,6 +271,7 @@ class SnapshotRequestsHandler(BaseHandler):
 
 
 class SnapshotRequestHandler(BaseHandler):
+    route = proto.PATH_SNAPSHOT_REQUESTS + "/{trigger}"
     query_fields = {proto.PARAM_WAIT: float, proto.PARAM_SINCE: str}
 
     async def get(self, trigger: str) -> None:
@@ -244,10 +290,14 @@ class SnapshotRequestHandler(BaseHandler):
         if since is not None and since not in proto.PHASES:
             raise Fault(400, proto.E_INVALID_VALUE, f"since must be one of {', '.join(proto.PHASES)}")
         self.snapshots_enabled()
-        self.answer(await self.ctx.kube.follow(trigger, wait=wait, since=since))
+        view = await self.ctx.kube.follow(trigger, wait=wait, since=since, gone=self.gone)
+        if not self.gone.is_set():
+            self.answer(view)
 
 
 class SnapshotsHandler(BaseHandler):
+    route = proto.PATH_SNAPSHOTS
+
     async def get(self) -> None:
         self.check_target(self.query())
         self.snapshots_enabled()
@@ -255,6 +305,8 @@ class SnapshotsHandler(BaseHandler):
 
 
 class SnapshotHandler(BaseHandler):
+    route = proto.PATH_SNAPSHOTS + "/{name}"
+
     async def delete(self, name: str) -> None:
         self.check_target(self.query())
         self.check_name(name, "snapshot")
@@ -263,19 +315,23 @@ class SnapshotHandler(BaseHandler):
 
 
 class WorkloadHandler(BaseHandler):
+    route = proto.PATH_WORKLOAD
+
     async def get(self) -> None:
         self.check_target(self.query())
         self.answer(await self.owner_workload().view())
 
 
 class WorkloadStopHandler(BaseHandler):
+    route = proto.PATH_WORKLOAD_STOP
+
     async def post(self) -> None:
         body = self.json_body(_STOP_FIELDS)
         self.check_target(body)
         workload = self.owner_workload()
         kind = body.get(proto.FIELD_KIND)
         if kind is not None and kind != workload.kind:
-            raise Fault(403, proto.E_FORBIDDEN_TARGET, f"this sidecar acts on a {workload.kind} only, not a {kind}")
+            raise Fault(403, proto.E_FORBIDDEN_TARGET, f"this sidecar acts on a {workload.kind} only")
         name = body.get(proto.FIELD_NAME)
         if name is not None:
             self.check_name(name, workload.kind)
@@ -285,9 +341,20 @@ class WorkloadStopHandler(BaseHandler):
 class NotFoundHandler(BaseHandler):
     """Unknown paths: 401 without the secret (nothing is revealed), 404 with it."""
 
+    route = "(no such endpoint)"
+
     def prepare(self) -> None:
         super().prepare()
         raise web.HTTPError(404)
+
+
+_SHOWN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+def _shown(key: str) -> str:
+    """A caller's field name as an answer may quote it: short and plain, or not at all (it may be anything,
+    the secret included, and answers end up in the server's log)."""
+    return repr(key) if _SHOWN.fullmatch(key) else "(a name not shown)"
 
 
 def _check_type(key: str, value: Any, kind: type) -> None:
@@ -299,12 +366,18 @@ def _check_type(key: str, value: Any, kind: type) -> None:
 
 
 def _log_request(handler: web.RequestHandler) -> None:
-    """One line per request: never headers (the secret), never bodies."""
+    """One line per request: the method, the route (never the URI: a query string or a path may hold
+    anything, the secret included), the status, the time. Never headers, never bodies."""
     request = handler.request
     status = handler.get_status()
     ms = 1000.0 * request.request_time()
     level = logging.INFO if status < 500 else logging.WARNING
-    access_log.log(level, "%s %s %d %.1fms", request.method, request.uri, status, ms)
+    route = getattr(handler, "route", "?")
+    method = request.method if request.method in _METHODS else "?"
+    access_log.log(level, "%s %s %d %.1fms", method, route, status, ms)
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def make_app(ctx: Context) -> web.Application:

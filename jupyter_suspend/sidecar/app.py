@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -16,19 +17,78 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets, bind_unix_socket
 
+from ..common.sidecar_protocol import E_TOO_BUSY
 from .api import DRAIN_LIMIT, Context, make_app
 from .config import Config, ConfigError, parse_config
+from .redact import REDACTOR, install
 
 log = logging.getLogger("jupyter_suspend.sidecar")
 
-#: Worker threads for blocking API calls; a long-poll holds one for up to 30 s.
-KUBE_THREADS = 16
+#: Worker threads for the API calls of ordinary requests (a pod read, a trigger create).
+KUBE_THREADS = 8
+#: Worker threads for long-poll watches alone (see kube.WATCH_SLOTS): abandoned long-polls
+#: cannot take the threads ordinary requests need.
+WATCH_THREADS = 8
+#: Open connections are capped (``--max-connections``, default 1024: above 200 busy + 300 idle
+#: ones); a request's headers, and then its body, must arrive within ``--request-timeout``: a
+#: drip-fed request holds a connection no longer.
+MAX_HEADER_BYTES = 16 * 1024
+
+
+class BoundedHTTPServer(HTTPServer):
+    """tornado's HTTPServer with a cap on open connections."""
+
+    def initialize(self, *args: Any, max_connections: int = 1024, **kwargs: Any) -> None:
+        super().initialize(*args, **kwargs)
+        self.max_connections = max_connections
+        self._last_refusal_log = 0.0
+        self._refusing: set[asyncio.Future[None]] = set()
+
+    def handle_stream(self, stream: IOStream, address: Any) -> None:
+        if len(self._connections) >= self.max_connections:
+            now = time.monotonic()
+            if now - self._last_refusal_log > 10:
+                self._last_refusal_log = now
+                log.warning("%d connections open: refusing further ones", len(self._connections))
+            task = asyncio.ensure_future(_refuse(stream))
+            self._refusing.add(task)  # referenced until done (the loop keeps only weak references)
+            task.add_done_callback(self._refusing.discard)
+            return
+        super().handle_stream(stream, address)
+
+
+_BUSY_BODY = json.dumps(
+    {
+        "error": E_TOO_BUSY,
+        "message": "the sidecar holds its maximum of open connections",
+        "retryable": True,
+        "next_step": "try again in a moment; close connections you no longer use",
+    }
+).encode()
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
+
+
+async def _refuse(stream: IOStream) -> None:
+    """Answer 503 ``too_busy`` without reading the request, then close."""
+    try:
+        await asyncio.wait_for(stream.write(_BUSY), 1.0)
+    except (StreamClosedError, asyncio.TimeoutError):
+        pass
+    finally:
+        stream.close()
 
 
 def write_secret(path: str) -> bytes:
@@ -60,7 +120,7 @@ def _remove(path: str | None) -> None:
 def _listen(server: HTTPServer, config: Config) -> str:
     if config.listen is not None:
         host, port = config.listen
-        for sock in bind_sockets(port, address=host):
+        for sock in bind_sockets(port, address=host, backlog=config.max_connections):
             server.add_socket(sock)
         return f"http://{host}:{port}"
     assert config.socket_path
@@ -69,8 +129,9 @@ def _listen(server: HTTPServer, config: Config) -> str:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.lstat(config.socket_path).st_mode):
             raise ConfigError(f"{config.socket_path} exists and is not a socket; refusing to replace it")
-    # bind_unix_socket replaces a stale socket file and sets the mode.
-    server.add_socket(bind_unix_socket(config.socket_path, mode=0o660))
+    # bind_unix_socket replaces a stale socket file and sets the mode. A Unix socket refuses
+    # connects (EAGAIN) while its backlog is full: room for a burst up to the connection cap.
+    server.add_socket(bind_unix_socket(config.socket_path, mode=0o660, backlog=config.max_connections))
     return f"unix:{config.socket_path}"
 
 
@@ -89,12 +150,21 @@ async def serve(config: Config) -> None:
     from .workload import OwnerWorkload
 
     executor = ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube")
+    watch_executor = ThreadPoolExecutor(max_workers=WATCH_THREADS, thread_name_prefix="watch")
     api_client = api_client_from_files(config)
-    kube = PodSnapshots(config, api_client, executor)
+    kube = PodSnapshots(config, api_client, executor, watch_executor)
     owner = OwnerWorkload(kube)
     secret = write_secret(config.secret_path)
+    REDACTOR.add(secret)
     ctx = Context(config, kube, secret, owner if owner.enabled() else None)
-    server = HTTPServer(make_app(ctx), max_body_size=DRAIN_LIMIT, idle_connection_timeout=60)
+    server = BoundedHTTPServer(
+        make_app(ctx),
+        max_body_size=DRAIN_LIMIT,
+        idle_connection_timeout=config.request_timeout,  # tornado's header timeout, also for keep-alive
+        body_timeout=config.request_timeout,
+        max_header_size=MAX_HEADER_BYTES,
+        max_connections=config.max_connections,
+    )
     try:
         where = _listen(server, config)
     except BaseException:
@@ -125,6 +195,7 @@ async def serve(config: Config) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(server.close_all_connections(), 2.0)
         executor.shutdown(wait=False, cancel_futures=True)
+        watch_executor.shutdown(wait=False, cancel_futures=True)
         api_client.close()
 
 
@@ -139,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    install()
     _skip_manifest_validation()
     from kubernetes.config.config_exception import ConfigException
 

@@ -9,7 +9,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..common.sidecar_protocol import DEFAULT_SECRET_PATH, DEFAULT_SOCKET_PATH, WORKLOAD_MODES
+from ..common.sidecar_protocol import (
+    DEFAULT_SECRET_PATH,
+    DEFAULT_SOCKET_PATH,
+    WORKLOAD_MODES,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_label_key,
+    is_label_value,
+)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_TOKEN_FILE = f"{SA_DIR}/token"
@@ -21,11 +29,8 @@ POLICY_MODES = ("create", "require")
 POLICY_OFF = "off"
 POST_CHECKPOINT = ("stop", "resume")
 
-# RFC 1123 names as Kubernetes validates object names and label values.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DURATION = re.compile(r"^\d+[smhd]$")
+_DURATION = re.compile(r"\d+[smhd]")
+_API_VERSION = re.compile(r"v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?")
 
 
 class ConfigError(ValueError):
@@ -33,7 +38,8 @@ class ConfigError(ValueError):
 
 
 def is_object_name(value: str) -> bool:
-    return bool(_DNS_SUBDOMAIN.match(value))
+    """A pod or custom-resource name (DNS-1123 subdomain; see :mod:`~jupyter_suspend.common.sidecar_protocol`)."""
+    return is_dns1123_subdomain(value)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,10 @@ class Config:
     log_level: str = "INFO"
     #: ``none`` (GKE Pod Snapshots), ``notebook`` or ``workspace`` (stop the own pod's Kubeflow owner).
     workload: str = "none"
+    #: Seconds for a request's headers to arrive (and an idle connection to be kept), and again for its body.
+    request_timeout: float = 10.0
+    #: Open connections at most; further ones are closed at once.
+    max_connections: int = 1024
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -69,7 +79,7 @@ def parse_selector(text: str) -> dict[str, str]:
             continue
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+        if not sep or not is_label_key(key) or not is_label_value(value):
             raise ConfigError(f"--policy-selector: {part!r} is not a label key=value pair")
         selector[key] = value
     return selector
@@ -137,6 +147,20 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--secret",
         default=default("SIDECAR_SECRET", DEFAULT_SECRET_PATH),
         help="file the per-start bearer secret is written to (mode 0600) [env SIDECAR_SECRET]",
+    )
+
+    srv.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(default("SIDECAR_REQUEST_TIMEOUT", "10") or 10),
+        help="seconds for a request's headers to arrive, and again for its body; an idle connection is "
+        "closed after it [env SIDECAR_REQUEST_TIMEOUT]",
+    )
+    srv.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(default("SIDECAR_MAX_CONNECTIONS", "1024") or 1024),
+        help="open connections at most; further ones are closed at once [env SIDECAR_MAX_CONNECTIONS]",
     )
 
     sa = p.add_argument_group("Kubernetes service account")
@@ -217,7 +241,7 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
     if not args.pod_name or not is_object_name(args.pod_name):
         raise ConfigError("the pod name is missing or invalid: set --pod-name or POD_NAME (downward API)")
     namespace = args.pod_namespace or _read_text(args.namespace_file)
-    if not namespace or not is_object_name(namespace):
+    if not namespace or not is_dns1123_label(namespace):
         raise ConfigError(
             f"the namespace is unknown: set --pod-namespace or POD_NAMESPACE, or mount {args.namespace_file}"
         )
@@ -246,12 +270,20 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
             )
         if not storage_config:
             raise ConfigError("--policy-mode create needs --storage-config (a PodSnapshotStorageConfig name)")
-        if retention is not None and not _DURATION.match(retention):
+        if not is_object_name(storage_config):
+            raise ConfigError(f"--storage-config {storage_config!r} is not a valid object name")
+        if retention is not None and not _DURATION.fullmatch(retention):
             raise ConfigError(f"--retention {retention!r}: expected a duration such as 7d, 12h or 'none'")
     if policy_mode != POLICY_OFF and not is_object_name(policy_name):
         raise ConfigError(f"--policy-name {policy_name!r} is not a valid object name")
+    if not _API_VERSION.fullmatch(args.api_version or ""):  # it becomes part of every request's path
+        raise ConfigError(f"--api-version {args.api_version!r}: expected a Kubernetes API version such as v1")
     if args.kube_timeout <= 0:
         raise ConfigError("--kube-timeout must be positive")
+    if not 0 < args.request_timeout <= 3600:
+        raise ConfigError("--request-timeout must be between 0 and 3600 seconds")
+    if args.max_connections < 8:
+        raise ConfigError("--max-connections must be at least 8")
     return Config(
         pod_name=args.pod_name,
         namespace=namespace,
@@ -271,4 +303,6 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
         log_level=args.log_level,
         api_version=args.api_version,
         workload=args.workload,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
     )

@@ -10,10 +10,14 @@ that):
 API group              resource                      verbs
 =====================  ============================  ======================================
 (core)                 pods                          get (own pod only)
-podsnapshot.gke.io     podsnapshotpolicies           get; create (``--policy-mode create``)
+podsnapshot.gke.io     podsnapshotpolicies           get (own policy only); create (``--policy-mode create``)
 podsnapshot.gke.io     podsnapshotmanualtriggers     create, get, watch, delete
 podsnapshot.gke.io     podsnapshots                  get, list, watch, delete
 =====================  ============================  ======================================
+
+Errors reach the caller in the sidecar's own words with a next step; what the
+API server said (which may name webhooks, addresses, the service account or
+other objects) goes to the sidecar's log at DEBUG only.
 
 Responses are read raw (``_preload_content=False``) and parsed as JSON: the
 views below work on the objects as the API serves them (camelCase), and the
@@ -32,7 +36,9 @@ import math
 import os
 import re
 import secrets
+import socket
 import string
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -46,6 +52,7 @@ from kubernetes.config.incluster_config import InClusterConfigLoader
 from ..common import sidecar_protocol as proto
 from .config import POLICY_OFF, Config
 from .errors import Conflict, Fault, NotFound
+from .redact import REDACTOR
 
 log = logging.getLogger("jupyter_suspend.sidecar")
 
@@ -271,22 +278,81 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
     return True
 
 
+#: The PodSnapshot GKE makes from a trigger carries the trigger's name as the label value
+#: ``gke-pod-snapshot-triggered-by`` (platform-facts §1): a label value is at most 63 characters.
+TRIGGER_NAME_MAX = proto.LABEL_VALUE_MAX
+
+
 def trigger_name(pod: str) -> str:
+    """``<pod, cut>-<UTC stamp>-<6 random>``: a DNS-1123 subdomain and a label value (<= 63 characters)."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     suffix = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(6))
     tail = f"-{stamp}-{suffix}"
-    return pod[: 253 - len(tail)].rstrip("-.") + tail
+    name = pod[: TRIGGER_NAME_MAX - len(tail)].rstrip("-.") + tail
+    assert proto.is_trigger_name(name), name
+    return name
 
 
 # -- the calls ------------------------------------------------------------------
 
 
+#: The client re-reads the token file this often anyway (as the kubernetes client's own loader does);
+#: a 401 makes it re-read at once (:meth:`Credentials.reread`).
+TOKEN_REFRESH_SECONDS = 60.0
+
+
+class Credentials:
+    """The service-account token of ``config.token_file`` in a client configuration.
+
+    Re-read every :data:`TOKEN_REFRESH_SECONDS` (the kubelet rotates projected tokens) and at once
+    after a 401: a pod restored from a snapshot may start with the deleted pod's token in its
+    files until the kubelet writes the new one (unverified: no public source says whether GKE
+    re-projects it at restore). Every token read is handed to the log redactor.
+    """
+
+    def __init__(self, token_file: str, cfg: client.Configuration) -> None:
+        self.token_file = token_file
+        self.cfg = cfg
+        self._lock = threading.Lock()
+        self._read_at = -math.inf
+        self.token = ""
+        self.read()
+        cfg.refresh_api_key_hook = self._refresh  # type: ignore[assignment]  # annotated None in the client
+
+    def read(self) -> str:
+        with open(self.token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+        REDACTOR.add(token)
+        with self._lock:
+            self.token = token
+            self._read_at = time.monotonic()
+            self.cfg.api_key["BearerToken"] = f"bearer {token}"
+        return token
+
+    def reread(self) -> bool:
+        """Read the file again now; True if the token changed. A file that cannot be read keeps the old one."""
+        before = self.token
+        try:
+            return self.read() != before
+        except OSError as exc:
+            log.warning("cannot re-read the service-account token file %s: %s", self.token_file, exc.strerror)
+            return False
+
+    def _refresh(self, cfg: client.Configuration) -> None:
+        if time.monotonic() - self._read_at >= TOKEN_REFRESH_SECONDS:
+            self.reread()
+        with self._lock:
+            cfg.api_key["BearerToken"] = f"bearer {self.token}"
+
+
 def api_client_from_files(config: Config) -> client.ApiClient:
-    """In-cluster configuration from the configured token and CA files (re-read every minute)."""
+    """In-cluster configuration from the configured token and CA files (the token re-read every minute and on a 401)."""
     cfg = client.Configuration()
     InClusterConfigLoader(
         token_filename=config.token_file, cert_filename=config.ca_file, environ=os.environ
     ).load_and_set(cfg)
+    cfg.refresh_api_key_hook = None
+    Credentials(config.token_file, cfg)
     # Retry only what cannot have reached the API: a failed connect (after a
     # restore every pooled connection is gone). Read errors and error statuses
     # are not retried -- a create must not be sent twice, and the time bound
@@ -297,13 +363,35 @@ def api_client_from_files(config: Config) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+#: A watch is opened for at most this long, then re-opened: an abandoned long-poll that was not
+#: noticed (see :meth:`PodSnapshots.follow`'s ``gone``) holds its thread no longer than this.
+WATCH_CHUNK_SECONDS = 5
+#: Long-polls that may hold a watch (and a thread of the watch pool) at once; the others wait for
+#: a free slot without a thread and are answered at their deadline.
+WATCH_SLOTS = 8
+
+
 class PodSnapshots:
     """Pod Snapshots of the sidecar's own pod; async methods, blocking calls in threads."""
 
-    def __init__(self, config: Config, api_client: client.ApiClient, executor: Executor | None = None):
+    def __init__(
+        self,
+        config: Config,
+        api_client: client.ApiClient,
+        executor: Executor | None = None,
+        watch_executor: Executor | None = None,
+    ):
         self.config = config
         #: Worker threads for the blocking client (None: the loop's default executor).
         self.executor = executor
+        #: Threads for long-poll watches only, so that abandoned long-polls cannot take the threads
+        #: every other request needs (None: ``executor``).
+        self.watch_executor = watch_executor or executor
+        self._watch_slots: asyncio.Semaphore | None = None
+        self._pod_view: asyncio.Future[proto.PodView] | None = None
+        #: The token source api_client_from_files installed (its refresh hook); None: a client made otherwise.
+        hook_owner = getattr(api_client.configuration.refresh_api_key_hook, "__self__", None)
+        self.credentials = hook_owner if isinstance(hook_owner, Credentials) else None
         self.pod = config.pod_name
         self.namespace = config.namespace
         self.version = config.api_version
@@ -315,74 +403,162 @@ class PodSnapshots:
     # -- plumbing ----------------------------------------------------------------
 
     async def _call(
-        self, verb: str, resource: str, fn: Callable[..., Any], *args: Any, timed: bool = True, **kwargs: Any
+        self,
+        verb: str,
+        resource: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        timed: bool = True,
+        executor: Executor | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run one blocking API call in a worker thread; failures become :class:`Fault`.
 
         ``timed``: add the client-side ``_request_timeout`` (``fn`` is a client method).
+        A 401 makes the token be read again from its file at once and the call be sent once more
+        (a 401 is answered before the API server does anything, so even a create is safe to resend).
         """
         if timed:
             kwargs.setdefault("_request_timeout", (min(5.0, self.timeout), self.timeout))
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(fn, *args, **kwargs)
-            )
-        except ApiException as exc:
-            self._api_fault(exc, verb, resource)
-        except urllib3.exceptions.MaxRetryError as exc:
-            self._transport_fault(exc.reason or exc, verb, resource)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._transport_fault(exc, verb, resource)
+        loop = asyncio.get_running_loop()
+        call = functools.partial(fn, *args, **kwargs)
+        for attempt in (1, 2):
+            try:
+                return await loop.run_in_executor(executor or self.executor, call)
+            except ApiException as exc:
+                if exc.status == 401 and attempt == 1 and self.credentials is not None:
+                    changed = await loop.run_in_executor(self.executor, self.credentials.reread)
+                    log.info(
+                        "the API refused the token for '%s' on %s; read it again (%s), retrying once",
+                        verb,
+                        resource,
+                        "changed" if changed else "unchanged",
+                    )
+                    continue
+                self._api_fault(exc, verb, resource, retried=attempt == 2)
+            except urllib3.exceptions.MaxRetryError as exc:
+                self._transport_fault(exc.reason or exc, verb, resource)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                self._transport_fault(exc, verb, resource)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _api_fault(self, exc: ApiException, verb: str, resource: str) -> NoReturn:
+    def _api_fault(self, exc: ApiException, verb: str, resource: str, retried: bool = False) -> NoReturn:
         status = exc.status or 0
         detail = _status_message(exc)
+        reason = _reason(exc)
+        # What the API server said may name webhooks, addresses, the service account or other
+        # objects: the sidecar's log only, at DEBUG; the caller gets our words.
+        log.debug("API answer to '%s' on %s: %d %s: %s", verb, resource, status, reason, detail)
         if status == 404:
             raise NotFound(detail)
         if status == 409:
             raise Conflict(detail)
+        if status != 0:
+            log.warning("the Kubernetes API answered %d %s to '%s' on %s", status, reason, verb, resource)
         if status == 403:
             raise Fault(
                 502,
                 proto.E_KUBE_FORBIDDEN,
-                f"the sidecar's Role does not allow '{verb}' on {resource} in namespace {self.namespace} ({detail})",
-                next_step="apply deploy/base/role.yaml (Role and RoleBinding jupyter-suspend-sidecar) "
-                "in this namespace",
+                f"the sidecar's Role does not allow '{verb}' on {resource} in namespace {self.namespace} "
+                "(or an admission webhook refused it; the sidecar's log has the API server's answer at DEBUG)",
+                next_step="apply deploy/base/role.yaml (or your overlay's Role and RoleBinding "
+                "jupyter-suspend-sidecar, with this pod's and its policy's names in resourceNames) in this "
+                "namespace; kubectl auth can-i --as=system:serviceaccount:<namespace>:jupyter-suspend-sidecar "
+                "shows what it may do",
             )
         if status == 401:
             raise Fault(
                 502,
                 proto.E_KUBE_UNAUTHORIZED,
-                f"the API server refused the sidecar's service-account token ({detail})",
+                "the Kubernetes API refused the sidecar's service-account token"
+                + (f", also after reading it again from {self.config.token_file}" if retried else ""),
                 retryable=True,
-                next_step="check the service account jupyter-suspend-sidecar and its token mount",
+                next_step="if this pod was restored from a snapshot, its token may still be the deleted pod's: "
+                "ask again after the kubelet refreshes the projected token; otherwise check the service account "
+                "jupyter-suspend-sidecar and the token mount of the sidecar container. Deleting the consumed "
+                "snapshot is left to the releaser (deploy/releaser), which has its own identity",
             )
-        if status == 0:  # TLS and other transport errors the client wraps
-            raise Fault(502, proto.E_KUBE_UNAVAILABLE, f"cannot reach the Kubernetes API: {exc.reason}", retryable=True)
+        if status == 0:  # the kubernetes client turns a TLS failure into ApiException(status=0)
+            log.warning("TLS with the Kubernetes API failed for '%s' on %s: %s", verb, resource, exc.reason)
+            raise Fault(
+                502,
+                proto.E_KUBE_TLS,
+                f"the TLS handshake with the Kubernetes API at {self._api_host()} failed: its certificate is "
+                f"not signed by the CA in {self.config.ca_file}, or does not name that host",
+                retryable=False,
+                next_step="check the sidecar's --ca-file (the service account's ca.crt) and KUBERNETES_SERVICE_HOST",
+            )
         if status == 429 or status >= 500:
             raise Fault(
                 502,
                 proto.E_KUBE_UNAVAILABLE,
-                f"the Kubernetes API answered {status} to '{verb}' on {resource}: {detail}",
-                retryable=True,
+                f"the Kubernetes API answered {status} ({reason}) to '{verb}' on {resource}",
+                retryable=True,  # the next step is "again, in a moment": the caller words it for its own context
             )
         raise Fault(
-            502, proto.E_KUBE_ERROR, f"the Kubernetes API answered {status} to '{verb}' on {resource}: {detail}"
+            502,
+            proto.E_KUBE_ERROR,
+            f"the Kubernetes API refused '{verb}' on {resource}: {status} ({reason})",
+            next_step="the sidecar's log has the API server's answer (at DEBUG)",
         )
 
+    def _api_host(self) -> str:
+        return str(self.api_client.configuration.host)
+
     def _transport_fault(self, exc: BaseException, verb: str, resource: str) -> NoReturn:
-        if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError)):
+        """Each transport failure named as what it is. urllib3's NewConnectionError (and its subclass
+        NameResolutionError) is a subclass of ConnectTimeoutError: it is tested for first."""
+        errors = urllib3.exceptions
+        host = self._api_host()
+        log.warning("no answer from the Kubernetes API to '%s' on %s: %s: %s", verb, resource, type(exc).__name__, exc)
+        if isinstance(exc, (errors.NameResolutionError, socket.gaierror)):
+            raise Fault(
+                502,
+                proto.E_KUBE_DNS,
+                f"the Kubernetes API's host name in {host} cannot be resolved",
+                retryable=True,
+                next_step="check KUBERNETES_SERVICE_HOST of the sidecar container and the cluster's DNS",
+            )
+        if isinstance(exc, (errors.NewConnectionError, ConnectionRefusedError)):
+            refused = isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower()
+            raise Fault(
+                502,
+                proto.E_KUBE_REFUSED if refused else proto.E_KUBE_UNAVAILABLE,
+                f"the Kubernetes API at {host} " + ("refused the connection" if refused else "cannot be connected to"),
+                retryable=True,
+                next_step="check KUBERNETES_SERVICE_HOST/PORT of the sidecar container and that the API "
+                "server is up; try again shortly",
+            )
+        if isinstance(exc, errors.SSLError):
+            raise Fault(
+                502,
+                proto.E_KUBE_TLS,
+                f"the TLS handshake with the Kubernetes API at {host} failed: its certificate is not signed by "
+                f"the CA in {self.config.ca_file}, or does not name that host",
+                next_step="check the sidecar's --ca-file (the service account's ca.crt) and KUBERNETES_SERVICE_HOST",
+            )
+        if isinstance(exc, errors.ConnectTimeoutError):
+            raise Fault(
+                504,
+                proto.E_KUBE_TIMEOUT,
+                f"no connection to the Kubernetes API at {host} within {min(5.0, self.timeout):g} s",
+                retryable=True,
+                next_step="try again shortly; if it persists, check the network path to the API server",
+            )
+        if isinstance(exc, (errors.TimeoutError, TimeoutError)):
             raise Fault(
                 504,
                 proto.E_KUBE_TIMEOUT,
                 f"the Kubernetes API did not answer '{verb}' on {resource} within {self.timeout:g} s",
                 retryable=True,
+                next_step="try again shortly; the API server is slow or overloaded",
             )
         raise Fault(
             502,
             proto.E_KUBE_UNAVAILABLE,
-            f"cannot reach the Kubernetes API ({type(exc).__name__}: {exc})",
+            f"the connection to the Kubernetes API at {host} failed during '{verb}' on {resource}",
             retryable=True,
+            next_step="try again shortly; the sidecar's log says how it failed",
         )
 
     async def _get(self, plural: str, name: str) -> dict[str, Any]:
@@ -426,30 +602,46 @@ class PodSnapshots:
             _preload_content=False,
         )
 
-    def _watch_once(self, plural: str, name: str, resource_version: str | None, seconds: int) -> bool:
-        """Block until the named object changes (True) or ``seconds`` pass (False). Runs in a thread."""
-        w = watch.Watch()
+    def _watch_once(self, plural: str, name: str, resource_version: str | None, seconds: int, holder: _Stream) -> bool:
+        """Block until the named object changes (True) or ``seconds`` pass (False). Runs in a thread.
+
+        One watch of one object (``fieldSelector=metadata.name=<name>``); the open response is put in
+        ``holder`` so that the event loop can shut it down when the caller goes away.
+        """
         kwargs: dict[str, Any] = {
             "field_selector": f"metadata.name={name}",
+            "watch": True,
+            "allow_watch_bookmarks": False,
             "timeout_seconds": seconds,
             "_request_timeout": (min(5.0, self.timeout), seconds + self.timeout),
+            "_preload_content": False,
         }
         if resource_version:
             kwargs["resource_version"] = resource_version
+        resp = self.custom.list_namespaced_custom_object(GROUP, self.version, self.namespace, plural, **kwargs)
         try:
-            for event in w.stream(
-                self.custom.list_namespaced_custom_object, GROUP, self.version, self.namespace, plural, **kwargs
-            ):
-                if isinstance(event, dict) and event.get("type") == "BOOKMARK":
-                    continue
-                return True
+            if not holder.hold(resp):
+                return False  # the caller left while the watch was opened
+            for line in watch.watch.iter_resp_lines(resp):
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if isinstance(event, dict) and event.get("type") == "BOOKMARK":
+                        continue
+                return True  # any other event (ERROR, e.g. 410 Gone, included): read the object again
             return False
+        except (urllib3.exceptions.HTTPError, OSError):
+            if holder.cancelled:
+                return False
+            raise
         finally:
-            w.stop()
+            holder.release()
 
-    async def _watch(self, plural: str, name: str, resource_version: str | None, seconds: int) -> None:
-        try:
-            await self._call(
+    async def _watch(
+        self, plural: str, name: str, resource_version: str | None, seconds: int, gone: asyncio.Event | None
+    ) -> None:
+        holder = _Stream()
+        watching = asyncio.ensure_future(
+            self._call(
                 "watch",
                 f"{GROUP}/{plural}",
                 self._watch_once,
@@ -457,13 +649,28 @@ class PodSnapshots:
                 name,
                 resource_version,
                 seconds,
+                holder,
                 timed=False,  # _watch_once sets its own _request_timeout
+                executor=self.watch_executor,
             )
+        )
+        waiters: set[asyncio.Future[Any]] = {watching}
+        left = asyncio.ensure_future(gone.wait()) if gone is not None else None
+        if left is not None:
+            waiters.add(left)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if not watching.done():
+                holder.cancel()  # the caller went away: free the thread now
+            await watching
         except (NotFound, Conflict):
             pass
         except Fault as fault:
             if fault.code != proto.E_KUBE_ERROR:  # 410 Gone and the like: re-read instead
                 raise
+        finally:
+            if left is not None:
+                left.cancel()
 
     # -- own pod -----------------------------------------------------------------
 
@@ -487,7 +694,16 @@ class PodSnapshots:
         return _json(resp)
 
     async def pod_view(self) -> proto.PodView:
-        """The own pod and the policy that applies to it (read with the verbs the snapshot needs: ``get``)."""
+        """The own pod and the policy that applies to it (read with the verbs the snapshot needs: ``get``).
+
+        Requests that arrive while a read is under way share it (one pair of API calls for a burst of
+        callers, not one per caller): what a flood of ``GET /v1/pod`` costs is bounded.
+        """
+        if self._pod_view is None or self._pod_view.done():
+            self._pod_view = asyncio.ensure_future(self._read_pod_view())
+        return await asyncio.shield(self._pod_view)
+
+    async def _read_pod_view(self) -> proto.PodView:
         pod = await self.read_pod()
         return pod_view(pod, self.config.pod_uid, await self.policy_view())
 
@@ -620,14 +836,25 @@ class PodSnapshots:
             "policy_created": created,
         }
 
+    def _not_ours(self, what: str, name: str, other: object = None) -> Fault:
+        """ "Not found" and "not this pod's" get the same answer: nothing about other pods is revealed."""
+        if other is not None:
+            log.debug("%s %s belongs to pod %s, not to %s: answered as not found", what, name, other, self.pod)
+        return Fault(
+            404,
+            proto.E_NOT_FOUND,
+            f"pod {self.pod} has no {what} {name}",
+            next_step="list this pod's snapshots with GET /v1/snapshots (jupyter suspend snapshots)",
+        )
+
     async def _own_trigger(self, name: str) -> dict[str, Any]:
         try:
             trigger = await self._get(TRIGGERS, name)
         except NotFound:
-            raise Fault(404, proto.E_NOT_FOUND, f"no snapshot request {name} in namespace {self.namespace}") from None
+            raise self._not_ours("snapshot request", name) from None
         target = (trigger.get("spec") or {}).get("targetPod")
         if target != self.pod:
-            raise Fault(403, proto.E_FORBIDDEN_TARGET, f"snapshot request {name} targets pod {target}, not this pod")
+            raise self._not_ours("snapshot request", name, target)
         return trigger
 
     async def _progress(self, name: str) -> tuple[proto.SnapshotProgress, str | None, str | None]:
@@ -648,21 +875,39 @@ class PodSnapshots:
             (snapshot.get("metadata") or {}).get("resourceVersion") if snapshot else None,
         )
 
-    async def follow(self, name: str, wait: float = 0.0, since: str | None = None) -> proto.SnapshotProgress:
+    async def follow(
+        self, name: str, wait: float = 0.0, since: str | None = None, gone: asyncio.Event | None = None
+    ) -> proto.SnapshotProgress:
+        """The request's progress; with ``wait``, held until the phase is terminal or leaves ``since``.
+
+        Bounded: ``gone`` (the caller hung up) ends the wait at once and frees its thread; each
+        watch lasts at most :data:`WATCH_CHUNK_SECONDS`; at most :data:`WATCH_SLOTS` long-polls
+        hold a watch, the others wait for a slot without a thread.
+        """
         view, trigger_rv, snapshot_rv = await self._progress(name)
         if wait <= 0:
             return view
+        if self._watch_slots is None:
+            self._watch_slots = asyncio.Semaphore(WATCH_SLOTS)
+        slots = self._watch_slots
         deadline = time.monotonic() + min(wait, proto.MAX_WAIT_SECONDS)
         baseline = since or view["phase"]
         while view["phase"] not in proto.TERMINAL_PHASES and view["phase"] == baseline:
             remaining = deadline - time.monotonic()
-            if remaining < 0.5:
+            if remaining < 0.5 or (gone is not None and gone.is_set()):
                 break
-            seconds = max(1, math.floor(remaining))
-            if view["snapshot"] is None:
-                await self._watch(TRIGGERS, name, trigger_rv, seconds)
-            else:
-                await self._watch(SNAPSHOTS, view["snapshot"], snapshot_rv, seconds)
+            if not await _acquire(slots, remaining, gone):
+                break  # no slot before the deadline (or the caller left): answer what is known
+            try:
+                seconds = max(1, min(WATCH_CHUNK_SECONDS, math.floor(deadline - time.monotonic())))
+                if view["snapshot"] is None:
+                    await self._watch(TRIGGERS, name, trigger_rv, seconds, gone)
+                else:
+                    await self._watch(SNAPSHOTS, view["snapshot"], snapshot_rv, seconds, gone)
+            finally:
+                slots.release()
+            if gone is not None and gone.is_set():
+                break
             view, trigger_rv, snapshot_rv = await self._progress(name)
         return view
 
@@ -692,13 +937,11 @@ class PodSnapshots:
         try:
             snapshot = await self._get(SNAPSHOTS, name)
         except NotFound:
-            raise Fault(404, proto.E_NOT_FOUND, f"no PodSnapshot {name} in namespace {self.namespace}") from None
+            raise self._not_ours("snapshot", name) from None
         meta = snapshot.get("metadata") or {}
         origin = (meta.get("annotations") or {}).get(ORIGIN_POD_ANNOTATION)
         if origin != self.pod:
-            raise Fault(
-                403, proto.E_FORBIDDEN_TARGET, f"PodSnapshot {name} is a snapshot of pod {origin}, not of this pod"
-            )
+            raise self._not_ours("snapshot", name, origin)
         with contextlib.suppress(NotFound):  # deleted meanwhile
             await self._delete(SNAPSHOTS, name)
         log.info("deleted PodSnapshot %s", name)
@@ -716,10 +959,69 @@ class PodSnapshots:
         return {"deleted": name, "trigger": deleted_trigger}
 
 
+class _Stream:
+    """The open watch response of one long-poll, shared by its thread and the event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._resp: Any = None
+        self.cancelled = False
+
+    def hold(self, resp: Any) -> bool:
+        with self._lock:
+            if self.cancelled:
+                resp.close()
+                resp.release_conn()
+                return False
+            self._resp = resp
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            resp, self._resp = self._resp, None
+        if resp is not None:  # a watch answered early still streams: close it, never pool it
+            with contextlib.suppress(Exception):
+                resp.close()
+                resp.release_conn()
+
+    def cancel(self) -> None:
+        """Unblock the thread reading the watch (urllib3's ``shutdown`` interrupts a blocked read)."""
+        with self._lock:
+            self.cancelled = True
+            resp = self._resp
+        if resp is not None:
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+
+
+async def _acquire(slots: asyncio.Semaphore, timeout: float, gone: asyncio.Event | None) -> bool:
+    """A watch slot within ``timeout`` unless the caller leaves first; True if acquired."""
+    acquiring = asyncio.ensure_future(slots.acquire())
+    waiters: set[asyncio.Future[Any]] = {acquiring}
+    left = asyncio.ensure_future(gone.wait()) if gone is not None else None
+    if left is not None:
+        waiters.add(left)
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if left is not None:
+            left.cancel()
+    if acquiring.done() and not acquiring.cancelled():
+        if gone is not None and gone.is_set():
+            slots.release()
+            return False
+        return True
+    acquiring.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await acquiring
+    if acquiring.done() and not acquiring.cancelled():  # acquired while being cancelled
+        slots.release()
+    return False
+
+
 def _labels(labels: Mapping[str, str]) -> dict[str, str]:
     """Drop values Kubernetes would refuse as label values (e.g. a pod name over 63 characters)."""
-    ok = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-    return {k: v for k, v in labels.items() if ok.match(v)}
+    return {k: v for k, v in labels.items() if proto.is_label_value(v)}
 
 
 def _json(resp: Any) -> dict[str, Any]:
@@ -728,6 +1030,18 @@ def _json(resp: Any) -> dict[str, Any]:
         data = data.decode("utf-8")
     obj = json.loads(data) if isinstance(data, str) and data else {}
     return obj if isinstance(obj, dict) else {}
+
+
+def _reason(exc: ApiException) -> str:
+    """The ``reason`` of a Kubernetes ``Status`` body (a CamelCase word), else the HTTP reason; nothing else."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    reason = body.get("reason") if isinstance(body, dict) else None
+    if not isinstance(reason, str) or not re.fullmatch(r"[A-Za-z]{1,40}", reason):
+        reason = str(exc.reason or "")
+    return reason if re.fullmatch(r"[A-Za-z ]{1,40}", reason) else "error"
 
 
 def _status_message(exc: ApiException) -> str:

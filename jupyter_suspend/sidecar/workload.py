@@ -150,6 +150,13 @@ class OwnerWorkload:
                 next_step=f"run the sidecar with --workload matching the pod's owner (a {what} labels its pods "
                 f"{self.label}=<name>), or use the gke/local backend",
             )
+        if not proto.is_dns1123_subdomain(value):  # a label value may hold what no object name can
+            raise Fault(
+                409,
+                proto.E_OWNER_UNKNOWN,
+                f"pod {self.kube.namespace}/{self.kube.pod}'s label {self.label} is not a valid object name",
+                next_step="check the pod's labels: the workload controller sets this one to its object's name",
+            )
         self._owner = value
         self._pod = dict(pod)
         return value
