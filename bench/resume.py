@@ -12,10 +12,12 @@ notebook whose kernel has a registered float32 array ``x`` of N MiB (default
   written, kernel stopped; the manifest is checked to name that digest), page
   cache dropped, then the clock runs from ``POST resume`` until the same cell
   (``CELL``, it reads ``x``) has run in the restored kernel.
-* **bare**: the same work by hand: page cache dropped, then the clock runs
-  from ``POST /api/kernels`` (a new kernel) through ``import numpy``,
-  ``np.load`` of the same bytes (an ``.npy`` file written next to the
-  checkpoints) and the same cell.
+* **bare**: the same work by hand: the same bytes written again as an
+  ``.npy`` file next to the checkpoints (fsynced, as a suspend writes its
+  checkpoint just before a resume is timed: a virtual disk whose host caches
+  recent writes must favour neither side), page cache dropped, then the
+  clock runs from ``POST /api/kernels`` (a new kernel) through
+  ``import numpy``, ``np.load`` of that file and the same cell.
 
 Both clocks stop when the cell's ``execute_reply`` arrives, both wait for the
 kernel the same way (``kernel_info`` until it answers, then ``execute``).
@@ -264,8 +266,19 @@ class ResumeBench:
                 profile["kernel load"] = float(report["seconds"])
         return profile
 
+    def write_npy(self) -> None:
+        """The kernel's ``x`` (same generator, same seed) as a fresh, fsynced ``.npy`` file."""
+        import numpy as np
+
+        x = np.random.default_rng(0).standard_normal(self.size_mib * 2**20 // 4, dtype=np.float32)
+        with open(self.npy, "wb") as fh:
+            np.save(fh, x)
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def round_bare(self) -> float:
         assert self.server is not None
+        self.write_npy()
         self.cache = drop_caches(self.base)
         started = time.time()
         code, kernel = self.server.request("POST", "api/kernels", {"name": "python3"})
