@@ -584,3 +584,36 @@ def test_resume_digest_an_unknown_or_mistyped_digest_is_refused_by_name(tmp_path
     manifest_path.write_text(json.dumps(manifest))
     assert store.load(["x"]).missing == ["x"]
     assert "has a tensor without its chunk checksums" in store.problems[0]
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(" ", 1)[0]
+        if "-" in first and not first.endswith(":"):
+            start, end = (int(part, 16) for part in first.split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_resume_restored_arrays_are_in_memory_without_huge_page_advice(tmp_path: Path) -> None:
+    """numpy advises huge pages for its large arrays; a restore reads into a private mapping
+    without that advice (huge-page faults took seconds per GiB on this project's VMs)."""
+    big = np.arange(2**20, dtype=np.float64)  # 8 MiB: numpy would advise huge pages
+    middle = big.nbytes // 2  # numpy advises the 2 MiB-aligned part of the allocation
+    assert "hg" in _vm_flags(big.ctypes.data + middle)
+    CheckpointStore(tmp_path).save([SaveItem("big", big)])
+    loaded = CheckpointStore(tmp_path).load(["big"]).objects["big"]
+    np.testing.assert_array_equal(loaded, big)
+    flags = _vm_flags(loaded.ctypes.data + middle)
+    assert "hg" not in flags
+    assert "sh" not in flags  # private: a forked child copies on write, never shares the array
+    loaded[0] = -1.0  # writable
+    assert loaded[0] == -1.0
+    # The next checkpoint of the restored array is the same as any array's.
+    again = CheckpointStore(tmp_path / "again").save([SaveItem("big", loaded)])
+    assert observe(loaded)["content_hash"] == again.objects["big"]["content_hash"]

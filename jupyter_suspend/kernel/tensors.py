@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import os
 import sys
 import threading
@@ -216,24 +217,44 @@ def host_bytes(obj: Any) -> memoryview:
     return memoryview(tensor.view(torch.uint8).numpy())
 
 
+def host_buffer(nbytes: int) -> Any:
+    """Fresh, writable host memory (a numpy ``uint8`` array) for a restore to read into.
+
+    An anonymous private mapping, without the transparent-huge-page advice
+    numpy gives its own large allocations: on a VM whose host takes free
+    memory back (this project's build machine), faulting a fresh GiB in huge
+    pages took 10-33 s against 0.9-1.2 s in 4 KiB pages, and a whole 1 GiB
+    restore 11-19 s against 0.5-0.7 s (docs/benchmarks.md). Elsewhere huge
+    pages save about 0.3 s per GiB; 4 KiB pages never cost seconds. The
+    arrays and tensors built on it do not own their memory (the mapping is
+    freed with the last of them): ``ndarray.resize`` and ``Tensor.resize_``
+    are refused, everything else behaves as usual.
+    """
+    np = _import_numpy()
+    private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
+    if nbytes == 0 or private is None or anonymous is None:  # not a POSIX system: numpy's allocator
+        return np.empty(nbytes, dtype=np.uint8)
+    # Private: a fork must copy on write, never share the user's arrays.
+    mapping = mmap.mmap(-1, nbytes, flags=private | anonymous)
+    return np.frombuffer(mapping, dtype=np.uint8)
+
+
 def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
     """Allocate the host object a tensor entry loads into, and its writable bytes."""
     shape = tuple(entry["shape"])
     if entry["library"] == "numpy":
         np = _import_numpy()
-        array = np.empty(shape, dtype=np.dtype(entry["dtype"]))
-        return array, memoryview(array.reshape(-1).view(np.uint8))
+        dtype = np.dtype(entry["dtype"])
+        host = host_buffer(math.prod(shape) * dtype.itemsize)
+        return host.view(dtype).reshape(shape), memoryview(host)
     torch = _import_torch(entry)
     dtype = getattr(torch, entry["dtype"])
-    # The host memory comes from numpy, whose allocator asks for transparent
-    # huge pages: torch's faults a fresh GiB in 4 KiB pages, several times
-    # slower than reading it from disk. The tensor is a view of it (any dtype,
-    # bfloat16 included, through a byte view); only resize_() is refused.
-    np = _import_numpy()
+    # The tensor is a view of host_buffer's memory (any dtype, bfloat16
+    # included, through a byte view); only resize_() is refused.
     count = math.prod(shape)
     if count == 0:
         return torch.empty(shape, dtype=dtype), memoryview(b"")
-    host = np.empty(count * torch.empty((), dtype=dtype).element_size(), dtype=np.uint8)
+    host = host_buffer(count * torch.empty((), dtype=dtype).element_size())
     tensor = torch.from_numpy(host).view(dtype).reshape(shape)
     return tensor, memoryview(host)
 
