@@ -164,11 +164,26 @@ class Stat:
         return f"{self.median:.{digits}f}{unit} ({self.low:.{digits}f}-{self.high:.{digits}f})"
 
 
+class TreeServer(ServerProcess):
+    """A server (and so its kernels) running the jupyter_suspend of another
+    source tree, e.g. ``git archive <commit> jupyter_suspend | tar -x -C DIR``."""
+
+    def __init__(self, tree: Path, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tree = tree
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["PYTHONPATH"] = os.pathsep.join([str(self.tree), env.get("PYTHONPATH", "")])
+        return env
+
+
 @dataclass
 class ResumeBench:
     size_mib: int
     base: Path
     extra_config: str = ""
+    tree: Path | None = None
     server: ServerProcess | None = None
     kernel_id: str = ""
     npy: Path = Path()
@@ -181,9 +196,11 @@ class ResumeBench:
 
     def start(self) -> None:
         state_dir = self.base / "state"
-        self.server = ServerProcess(
-            self.base, state_dir, "c.SuspendApp.flush_kernel_timeout = 300.0\n" + self.extra_config
-        ).start()
+        config = "c.SuspendApp.flush_kernel_timeout = 300.0\n" + self.extra_config
+        if self.tree is not None:
+            self.server = TreeServer(self.tree, self.base, state_dir, config).start()
+        else:
+            self.server = ServerProcess(self.base, state_dir, config).start()
         nb = self.server.root_dir / "resume.ipynb"
         nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
         code, session = self.server.request(
@@ -294,9 +311,11 @@ class ResumeBench:
 
 
 @contextlib.contextmanager
-def resume_bench(size_mib: int, parent: Path | None = None, extra_config: str = "") -> Iterator[ResumeBench]:
+def resume_bench(
+    size_mib: int, parent: Path | None = None, extra_config: str = "", tree: Path | None = None
+) -> Iterator[ResumeBench]:
     base = Path(tempfile.mkdtemp(prefix=".resume-bench-", dir=parent or Path.cwd()))
-    bench = ResumeBench(size_mib, base, extra_config)
+    bench = ResumeBench(size_mib, base, extra_config, tree)
     try:
         bench.start()
         yield bench
@@ -307,6 +326,7 @@ def resume_bench(size_mib: int, parent: Path | None = None, extra_config: str = 
 
 NO_PREFETCH = "c.LocalBackend.prefetch_checkpoints = False\n"
 DIGESTS = ("xxh3-128", "sha256")
+BEFORE = "ours, code before (tree)"
 
 
 def measure(
@@ -315,23 +335,38 @@ def measure(
     digests: tuple[str, ...] = DIGESTS,
     verbose: bool = True,
     without_prefetch: bool = False,
+    before_tree: Path | None = None,
 ) -> ResumeBench:
     """``repeat`` rounds; each runs bare and ours with every digest once, in an
     order rotated from round to round. ``without_prefetch`` adds a series from
     a second server with ``LocalBackend.prefetch_checkpoints = False`` (the
-    resume without the page-cache warm-up, default digest)."""
+    resume without the page-cache warm-up, default digest); ``before_tree``
+    one from a server running the jupyter_suspend of that source tree (the
+    code before a change, timed in the same rounds)."""
     with contextlib.ExitStack() as stack:
         bench = stack.enter_context(resume_bench(size_mib))
-        plain = stack.enter_context(resume_bench(size_mib, extra_config=NO_PREFETCH)) if without_prefetch else None
+        others: list[tuple[str, ResumeBench]] = []
+        if without_prefetch:
+            others.append(
+                ("ours without warm-up", stack.enter_context(resume_bench(size_mib, extra_config=NO_PREFETCH)))
+            )
+        if before_tree is not None:
+            others.append((BEFORE, stack.enter_context(resume_bench(size_mib, tree=before_tree))))
         steps: list[tuple[str, Any]] = [(BARE, bench.round_bare)]
         steps += [(series_name(d), lambda d=d: bench.round_ours(d)) for d in digests]
-        if plain is not None:
-            steps.append(("ours without warm-up", plain.round_ours))
+        steps += [(name, other.round_ours) for name, other in others]
         for i in range(repeat):
             order = steps[i % len(steps) :] + steps[: i % len(steps)]
             took = {name: run() for name, run in order}
-            if plain is not None:
-                bench.times.setdefault("ours without warm-up", []).append(plain.times["ours"][-1])
+            for name, other in others:
+                bench.times.setdefault(name, []).append(other.times["ours"][-1])
+                bench.profiles.setdefault(name, []).append(other.profiles["ours"][-1])
+                if i == 0 and verbose:
+                    manifest = other.newest_manifest()
+                    print(
+                        f"  {name} writes manifest version {manifest.get('version')}, "
+                        f"digest {manifest.get('digest', 'sha256')}"
+                    )
             for name, seconds in took.items():
                 if name != BARE:
                     bench.ratios.setdefault(name, []).append(seconds / took[BARE])
@@ -374,12 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--without-prefetch", action="store_true", help="also time a server without the page-cache warm-up"
     )
+    parser.add_argument(
+        "--before-tree",
+        type=Path,
+        default=None,
+        help="also time a server running the jupyter_suspend package found in this folder "
+        "(e.g. git archive <commit> jupyter_suspend | tar -x -C DIR)",
+    )
     args = parser.parse_args(argv)
     size = args.size_mib or (256 if args.quick else 1024)
     repeat = args.repeat or (3 if args.quick else 5)
     digests = tuple(d for d in args.digests.split(",") if d)
     print(f"resume to runnable cell: {size} MiB array, {repeat} rounds; {load_average()}", flush=True)
-    bench = measure(size, repeat, digests, without_prefetch=args.without_prefetch)
+    bench = measure(size, repeat, digests, without_prefetch=args.without_prefetch, before_tree=args.before_tree)
     print(f"page cache: {bench.cache}; after the run: {load_average()}")
     print("\n".join(report(bench)))
     print("target: median ratio <= 1.2 (<= 1.0 where the read overlaps with the kernel start)")
