@@ -3,7 +3,7 @@
     python bench/checkpoint_throughput.py [--size-gib N] [--dir PATH] [--repeat R]
 
 Writes and reads one array of N GiB (default 1) as an application checkpoint
-(``CheckpointStore``: raw buffer in a safetensors-layout file, SHA-256 of every
+(``CheckpointStore``: raw buffer in a safetensors-layout file, XXH3-128 of every
 16 MiB chunk computed while writing and checked while reading, fsync of every
 file and folder, atomic rename), and the same bytes with pickle and, when torch
 is installed, torch.save, as comparison rows. The baseline is measured in the
@@ -16,7 +16,8 @@ Before every read the file's pages are dropped with
 really drops them). That is all an unprivileged process can do: a virtual
 machine's host may still cache the disk, which then makes the reads faster
 than the device. Ratios compare like with like: the baseline reads into fresh
-memory too. Each row is the best of ``--repeat`` rounds (default 3), every round running all rows.
+memory too. Each row is the median (and min-max spread) of ``--repeat`` rounds
+(default 5), every round running all rows.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import gc
 import os
 import pickle
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-gib", type=float, default=1.0, help="checkpoint size in GiB (1-4 is typical)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder in the cwd)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds; the best of each row is reported")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds; each row's median and spread is reported")
     args = parser.parse_args(argv)
 
     nbytes = int(args.size_gib * 2**30) // 4 * 4
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     writes: dict[str, list[float]] = {name: [] for name, _, _ in methods}
     reads: dict[str, list[float]] = {name: [] for name, _, _ in methods}
     try:
-        print(f"checkpoint throughput: {nbytes / 2**30:.2f} GiB in {work} (best of {args.repeat})", flush=True)
+        print(f"checkpoint throughput: {nbytes / 2**30:.2f} GiB in {work} (median of {args.repeat})", flush=True)
         for _ in range(args.repeat):
             for name, write, read in methods:
                 gc.collect()
@@ -193,15 +195,26 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows = [(name, min(writes[name]), min(reads[name])) for name, _, _ in methods]
+    rows = [(name, writes[name], reads[name]) for name, _, _ in methods]
 
-    base_w, base_r = rows[0][1], rows[0][2]
+    base_w, base_r = statistics.median(rows[0][1]), statistics.median(rows[0][2])
     mib = nbytes / 2**20
-    header = f"{'method':40} {'write s':>8} {'MiB/s':>8} {'ratio':>6}   {'read s':>7} {'MiB/s':>8} {'ratio':>6}"
+
+    def spread(times: list[float]) -> str:
+        return f"{mib / max(times):.0f}-{mib / min(times):.0f}"
+
+    header = (
+        f"{'method':40} {'write s':>8} {'MiB/s':>8} {'(min-max)':>11} {'ratio':>6}   "
+        f"{'read s':>7} {'MiB/s':>8} {'(min-max)':>11} {'ratio':>6}"
+    )
     print(header)
     print("-" * len(header))
-    for name, w, r in rows:
-        print(f"{name:40} {w:8.2f} {mib / w:8.0f} {base_w / w:6.2f}   {r:7.2f} {mib / r:8.0f} {base_r / r:6.2f}")
+    for name, ws, rs in rows:
+        w, r = statistics.median(ws), statistics.median(rs)
+        print(
+            f"{name:40} {w:8.2f} {mib / w:8.0f} {spread(ws):>11} {base_w / w:6.2f}   "
+            f"{r:7.2f} {mib / r:8.0f} {spread(rs):>11} {base_r / r:6.2f}"
+        )
     print("ratio = baseline time / method time (1.00 = the disk's sequential bandwidth; target >= 0.80 for raw)")
     if torch is None:
         print("torch is not installed: torch rows skipped")

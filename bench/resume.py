@@ -1,24 +1,33 @@
 """Resume to a runnable cell against the same work done by hand.
 
-    python bench/resume.py [--size-mib N] [--repeat R] [--quick]
+    python bench/resume.py [--size-mib N] [--repeat R] [--quick] [--digests D,...]
 
 A real ``jupyter server`` with the extension (``tests/servers.py``) holds one
 notebook whose kernel has a registered float32 array ``x`` of N MiB (default
 1024; 256 with ``--quick``; ``%load_ext jupyter_suspend``, ``%checkpoint add x``).
 
-* **ours**: ``POST suspend`` (checkpoint written, kernel stopped), page cache
-  dropped, then the clock runs from ``POST resume`` until the same cell
+* **ours** (one series per checkpoint digest, default XXH3-128 and SHA-256,
+  the digest before issue 17): the digest is chosen in the kernel
+  (``JUPYTER_SUSPEND_CHECKPOINT_DIGEST``), ``POST suspend`` (checkpoint
+  written, kernel stopped; the manifest is checked to name that digest), page
+  cache dropped, then the clock runs from ``POST resume`` until the same cell
   (``CELL``, it reads ``x``) has run in the restored kernel.
-* **bare**: the same work by hand: page cache dropped, then the clock runs
-  from ``POST /api/kernels`` (a new kernel) through ``import numpy``,
-  ``np.load`` of the same bytes (an ``.npy`` file written next to the
-  checkpoints) and the same cell.
+* **bare**: the same work by hand: the same bytes written again as an
+  ``.npy`` file next to the checkpoints (fsynced, as a suspend writes its
+  checkpoint just before a resume is timed: a virtual disk whose host caches
+  recent writes must favour neither side), page cache dropped, then the
+  clock runs from ``POST /api/kernels`` (a new kernel) through
+  ``import numpy``, ``np.load`` of that file and the same cell.
 
 Both clocks stop when the cell's ``execute_reply`` arrives, both wait for the
 kernel the same way (``kernel_info`` until it answers, then ``execute``).
-Rounds alternate ours and bare so that the machine's noise spreads over both;
-each is the best of R. The ratio is ours / bare (the issue measured 1.81;
-target <= 1.2, <= 1.0 where the restore overlaps with the kernel's start-up).
+Every round runs every series once, in an order rotated from round to round,
+so that the machine's noise (other processes, a build) spreads over all of
+them. The report gives each series' **median and spread** (min-max) over R
+rounds (default 5; 3 with ``--quick``), and the ratio ours / bare of each
+round (measured seconds apart, under the same load) as a median and spread.
+Target: median ratio <= 1.2 (<= 1.0 where the restore overlaps with the
+kernel's start-up); the issue measured 1.36-1.74 (median 1.40) with SHA-256.
 
 Page cache: ``echo 3 > /proc/sys/vm/drop_caches`` (root); when that is not
 allowed, every file under the work folder is dropped with
@@ -32,6 +41,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -123,23 +133,74 @@ def _epoch(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else None
 
 
+DIGEST_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIGEST"  # jupyter_suspend.kernel.tensors.DIGEST_ENV
+DIGEST_NAMES = {"xxh3-128": "XXH3-128", "sha256": "SHA-256"}
+BARE = "bare"
+
+
+def series_name(digest: str) -> str:
+    return f"ours {DIGEST_NAMES.get(digest, digest)}"
+
+
+@dataclass
+class Stat:
+    """The median and the spread (min, max) of a few measurements."""
+
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    def text(self, unit: str = " s", digits: int = 2) -> str:
+        return f"{self.median:.{digits}f}{unit} ({self.low:.{digits}f}-{self.high:.{digits}f})"
+
+
+class TreeServer(ServerProcess):
+    """A server (and so its kernels) running the jupyter_suspend of another
+    source tree, e.g. ``git archive <commit> jupyter_suspend | tar -x -C DIR``."""
+
+    def __init__(self, tree: Path, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tree = tree
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["PYTHONPATH"] = os.pathsep.join([str(self.tree), env.get("PYTHONPATH", "")])
+        return env
+
+
 @dataclass
 class ResumeBench:
     size_mib: int
     base: Path
     extra_config: str = ""
+    tree: Path | None = None
     server: ServerProcess | None = None
     kernel_id: str = ""
     npy: Path = Path()
     expected: str = ""
     cache: str = ""
-    ours: list[float] = field(default_factory=list)
-    bare: list[float] = field(default_factory=list)
-    profiles: list[dict[str, float]] = field(default_factory=list)
+    times: dict[str, list[float]] = field(default_factory=dict)
+    #: series -> the ratio ours / bare of each round (bare of the same round)
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+    profiles: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
     def start(self) -> None:
         state_dir = self.base / "state"
-        self.server = ServerProcess(self.base, state_dir, "c.SuspendApp.flush_kernel_timeout = 300.0\n").start()
+        config = "c.SuspendApp.flush_kernel_timeout = 300.0\n" + self.extra_config
+        if self.tree is not None:
+            self.server = TreeServer(self.tree, self.base, state_dir, config).start()
+        else:
+            self.server = ServerProcess(self.base, state_dir, config).start()
         nb = self.server.root_dir / "resume.ipynb"
         nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
         code, session = self.server.request(
@@ -176,11 +237,23 @@ class ResumeBench:
             time.sleep(every)
         raise TimeoutError(f"state not in {states}")
 
-    def round_ours(self) -> float:
+    def newest_manifest(self) -> dict[str, Any]:
+        manifests = sorted(self.base.rglob("manifest.json"), key=lambda p: p.parent.name)
+        assert manifests, "no checkpoint was written"
+        return dict(json.loads(manifests[-1].read_text()))
+
+    def round_ours(self, digest: str | None = None) -> float:
+        """One suspend (untimed) and resume (timed); ``digest`` is set in the kernel first."""
         assert self.server is not None
+        name = series_name(digest) if digest else "ours"
+        if digest:
+            run_cell(self.server, self.kernel_id, f"import os\nos.environ[{DIGEST_ENV!r}] = {digest!r}\n")
         self.server.api("POST", "suspend", {"reason": "benchmark"}, expect=202)
         status = self.wait_state({"suspended", "running", "failed"}, every=0.2)
         assert status["state"] == "suspended", status
+        if digest:
+            written = self.newest_manifest().get("digest", "sha256")
+            assert written == digest, f"the checkpoint was written with {written}, not {digest}"
         self.cache = drop_caches(self.base)
         started = time.time()
         self.server.api("POST", "resume", {}, expect=202)
@@ -190,8 +263,8 @@ class ResumeBench:
         elapsed = time.time() - started
         assert status["state"] == "ready", status
         assert out == self.expected, (out, self.expected)
-        self.ours.append(elapsed)
-        self.profiles.append(self._profile(status, started, ready, elapsed))
+        self.times.setdefault(name, []).append(elapsed)
+        self.profiles.setdefault(name, []).append(self._profile(status, started, ready, elapsed))
         return elapsed
 
     def _profile(self, status: dict[str, Any], started: float, ready: float, elapsed: float) -> dict[str, float]:
@@ -210,8 +283,19 @@ class ResumeBench:
                 profile["kernel load"] = float(report["seconds"])
         return profile
 
+    def write_npy(self) -> None:
+        """The kernel's ``x`` (same generator, same seed) as a fresh, fsynced ``.npy`` file."""
+        import numpy as np
+
+        x = np.random.default_rng(0).standard_normal(self.size_mib * 2**20 // 4, dtype=np.float32)
+        with open(self.npy, "wb") as fh:
+            np.save(fh, x)
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def round_bare(self) -> float:
         assert self.server is not None
+        self.write_npy()
         self.cache = drop_caches(self.base)
         started = time.time()
         code, kernel = self.server.request("POST", "api/kernels", {"name": "python3"})
@@ -222,14 +306,16 @@ class ResumeBench:
         finally:
             self.server.request("DELETE", f"api/kernels/{kernel['id']}")
         assert out == self.expected, (out, self.expected)
-        self.bare.append(elapsed)
+        self.times.setdefault(BARE, []).append(elapsed)
         return elapsed
 
 
 @contextlib.contextmanager
-def resume_bench(size_mib: int, parent: Path | None = None, extra_config: str = "") -> Iterator[ResumeBench]:
+def resume_bench(
+    size_mib: int, parent: Path | None = None, extra_config: str = "", tree: Path | None = None
+) -> Iterator[ResumeBench]:
     base = Path(tempfile.mkdtemp(prefix=".resume-bench-", dir=parent or Path.cwd()))
-    bench = ResumeBench(size_mib, base, extra_config)
+    bench = ResumeBench(size_mib, base, extra_config, tree)
     try:
         bench.start()
         yield bench
@@ -239,50 +325,106 @@ def resume_bench(size_mib: int, parent: Path | None = None, extra_config: str = 
 
 
 NO_PREFETCH = "c.LocalBackend.prefetch_checkpoints = False\n"
+DIGESTS = ("xxh3-128", "sha256")
+BEFORE = "ours, code before (tree)"
 
 
 def measure(
-    size_mib: int, repeat: int, verbose: bool = True, without_prefetch: bool = False
-) -> tuple[float, float, ResumeBench, float | None]:
-    """(best ours, best bare, the bench, best ours without the page-cache
-    warm-up or None) over ``repeat`` alternating rounds. ``without_prefetch``
-    runs a second server with ``LocalBackend.prefetch_checkpoints = False``
-    (the resume as it was before the warm-up) in the same rounds."""
+    size_mib: int,
+    repeat: int,
+    digests: tuple[str, ...] = DIGESTS,
+    verbose: bool = True,
+    without_prefetch: bool = False,
+    before_tree: Path | None = None,
+) -> ResumeBench:
+    """``repeat`` rounds; each runs bare and ours with every digest once, in an
+    order rotated from round to round. ``without_prefetch`` adds a series from
+    a second server with ``LocalBackend.prefetch_checkpoints = False`` (the
+    resume without the page-cache warm-up, default digest); ``before_tree``
+    one from a server running the jupyter_suspend of that source tree (the
+    code before a change, timed in the same rounds)."""
     with contextlib.ExitStack() as stack:
         bench = stack.enter_context(resume_bench(size_mib))
-        plain = stack.enter_context(resume_bench(size_mib, extra_config=NO_PREFETCH)) if without_prefetch else None
+        others: list[tuple[str, ResumeBench]] = []
+        if without_prefetch:
+            others.append(
+                ("ours without warm-up", stack.enter_context(resume_bench(size_mib, extra_config=NO_PREFETCH)))
+            )
+        if before_tree is not None:
+            others.append((BEFORE, stack.enter_context(resume_bench(size_mib, tree=before_tree))))
+        steps: list[tuple[str, Any]] = [(BARE, bench.round_bare)]
+        steps += [(series_name(d), lambda d=d: bench.round_ours(d)) for d in digests]
+        steps += [(name, other.round_ours) for name, other in others]
         for i in range(repeat):
-            ours = bench.round_ours()
-            other = f", ours without warm-up {plain.round_ours():.2f}s" if plain is not None else ""
-            bare = bench.round_bare()
+            order = steps[i % len(steps) :] + steps[: i % len(steps)]
+            took = {name: run() for name, run in order}
+            for name, other in others:
+                bench.times.setdefault(name, []).append(other.times["ours"][-1])
+                bench.profiles.setdefault(name, []).append(other.profiles["ours"][-1])
+                if i == 0 and verbose:
+                    manifest = other.newest_manifest()
+                    print(
+                        f"  {name} writes manifest version {manifest.get('version')}, "
+                        f"digest {manifest.get('digest', 'sha256')}"
+                    )
+            for name, seconds in took.items():
+                if name != BARE:
+                    bench.ratios.setdefault(name, []).append(seconds / took[BARE])
             if verbose:
-                profile = ", ".join(f"{k} {v:.2f}" for k, v in bench.profiles[-1].items())
-                print(
-                    f"  round {i + 1}: ours {ours:.2f}s{other}, bare {bare:.2f}s, ratio {ours / bare:.2f} ({profile})",
-                    flush=True,
+                parts = ", ".join(
+                    f"{n} {t:.2f}s" + ("" if n == BARE else f" ({t / took[BARE]:.2f})") for n, t in took.items()
                 )
-        return min(bench.ours), min(bench.bare), bench, min(plain.ours) if plain is not None else None
+                print(f"  round {i + 1} ({' > '.join(n for n, _ in order)}): {parts}", flush=True)
+                for name in took:
+                    if name in bench.profiles and name != BARE:
+                        profile = ", ".join(f"{k} {v:.2f}" for k, v in bench.profiles[name][-1].items())
+                        print(f"      {name}: {profile}", flush=True)
+        return bench
+
+
+def report(bench: ResumeBench) -> list[str]:
+    """One line per series: median and spread of its seconds and of its per-round ratio to bare."""
+    lines = [f"{'series':26} {'seconds: median (min-max)':>28}   {'ours / bare, per round: median (min-max)':>42}"]
+    for name, values in bench.times.items():
+        ratio = Stat(bench.ratios[name]).text(unit="") if name in bench.ratios else "-"
+        lines.append(f"{name:26} {Stat(values).text():>28}   {ratio:>42}")
+    return lines
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=None, help="array size (default 1024; 256 with --quick)")
-    parser.add_argument("--repeat", type=int, default=None, help="rounds, best of (default 3; 2 with --quick)")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--digests",
+        default=",".join(DIGESTS),
+        help="checkpoint digests to time, one series each (default: xxh3-128,sha256)",
+    )
     parser.add_argument(
         "--without-prefetch", action="store_true", help="also time a server without the page-cache warm-up"
     )
+    parser.add_argument(
+        "--before-tree",
+        type=Path,
+        default=None,
+        help="also time a server running the jupyter_suspend package found in this folder "
+        "(e.g. git archive <commit> jupyter_suspend | tar -x -C DIR)",
+    )
     args = parser.parse_args(argv)
     size = args.size_mib or (256 if args.quick else 1024)
-    repeat = args.repeat or (2 if args.quick else 3)
-    print(f"resume to runnable cell: {size} MiB array, best of {repeat}", flush=True)
-    ours, bare, bench, plain = measure(size, repeat, without_prefetch=args.without_prefetch)
-    print(f"page cache: {bench.cache}")
-    print(f"ours {ours:.2f}s  bare {bare:.2f}s  ratio {ours / bare:.2f} (target <= 1.2; <= 1.0 with overlap)")
-    rounds = [o / b for o, b in zip(bench.ours, bench.bare, strict=True)]
-    print(f"per-round ratios {min(rounds):.2f}-{max(rounds):.2f}: compare the spread with the gap to the target")
-    if plain is not None:
-        print(f"without the warm-up {plain:.2f}s  ratio {plain / bare:.2f}")
+    repeat = args.repeat or (3 if args.quick else 5)
+    digests = tuple(d for d in args.digests.split(",") if d)
+    print(f"resume to runnable cell: {size} MiB array, {repeat} rounds; {load_average()}", flush=True)
+    bench = measure(size, repeat, digests, without_prefetch=args.without_prefetch, before_tree=args.before_tree)
+    print(f"page cache: {bench.cache}; after the run: {load_average()}")
+    print("\n".join(report(bench)))
+    print("target: median ratio <= 1.2 (<= 1.0 where the read overlaps with the kernel start)")
     return 0
 
 

@@ -14,7 +14,9 @@ machine, so that a busy machine moves both sides alike:
 (b) checkpoint write and read of one array against the disk's sequential
     bandwidth (``bench/checkpoint_throughput.py``: dd-like write + fsync, read
     into fresh memory, page cache dropped), ratio = ours / disk time.
-(c) resume to a runnable cell against the bare path (``bench/resume.py``).
+(c) resume to a runnable cell against the bare path (``bench/resume.py``),
+    one row per checkpoint digest: XXH3-128 (now) and SHA-256 (before issue
+    17), both in the same rounds; ratio = the median of the rounds' ours / bare.
 (d) ``GET jupyter-suspend/api/status`` against ``GET /api/status`` under 8
     concurrent pollers: requests per second, ratio = ours / theirs.
 (e) idle server CPU: CPU seconds of a server process with the extension
@@ -25,8 +27,10 @@ machine, so that a busy machine moves both sides alike:
     benchmark-only server extension) records how late its ticks run; the
     baseline is the same ticker over an idle window of the same length.
 
-``--quick`` runs a CI-sized subset (under 3 minutes): fewer grid cells, 256 MiB
-arrays, one or two rounds. Rows are the best of R rounds (default 3; quick 2).
+``--quick`` runs a CI-sized subset: fewer grid cells, 256 MiB arrays, three
+rounds. Every timed row is the **median** of R rounds (default 5; quick 3), its
+spread (min-max) in brackets; rounds interleave ours and the baseline so that
+a busy machine moves both alike.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -53,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import checkpoint_throughput as throughput
 import resume
+from resume import Stat
 
 from tests.servers import ServerProcess
 
@@ -136,15 +142,15 @@ def suspend_overhead(work: Path, grid: list[tuple[int, int]], repeat: int) -> li
                 assert status["operation"]["outcome"] == "succeeded", status["operation"]
         finally:
             server.stop()
-        b, o = min(base), min(ours)
+        b, o = Stat([t * 1000 for t in base]), Stat([t * 1000 for t in ours])
         rows.append(
             Row(
                 f"(a) suspend overhead: {notebooks} notebooks, {kernels} kernels",
-                f"save {notebooks} notebooks {b * 1000:.0f} ms",
-                f"preflight + flush {o * 1000:.0f} ms",
-                o / b,
+                f"save {notebooks} notebooks {b.text(' ms', 0)}",
+                f"preflight + flush {o.text(' ms', 0)}",
+                o.median / b.median,
                 "≤ 1.0 (0 kernels); with kernels: informational",
-                (o / b <= 1.0) if kernels == 0 else None,
+                (o.median / b.median <= 1.0) if kernels == 0 else None,
             )
         )
         print(rows[-1].markdown(), flush=True)
@@ -170,15 +176,17 @@ def checkpoint_rows(work: Path, size_mib: int, repeat: int) -> list[Row]:
         shutil.rmtree(folder / "np")
     mib = nbytes / 2**20
     rows = []
-    for what, b, o in (("write", min(base_w), min(ours_w)), ("read", min(base_r), min(ours_r))):
+    for what, b, o in (("write", base_w, ours_w), ("read", base_r, ours_r)):
+        disk, mine = Stat([mib / t for t in b]), Stat([mib / t for t in o])
+        ratio = statistics.median(s / d for s, d in zip(o, b, strict=True))
         rows.append(
             Row(
-                f"(b) checkpoint {what}, {size_mib} MiB (SHA-256 per chunk, fsync)",
-                f"disk {mib / b:.0f} MiB/s",
-                f"{mib / o:.0f} MiB/s",
-                o / b,
+                f"(b) checkpoint {what}, {size_mib} MiB (XXH3-128 per chunk{', fsync' if what == 'write' else ''})",
+                f"disk {disk.text(' MiB/s', 0)}",
+                mine.text(" MiB/s", 0),
+                ratio,
                 "≤ 1.25 (≥ 80 % of the disk)",
-                o / b <= 1.25,
+                ratio <= 1.25,
             )
         )
         print(rows[-1].markdown(), flush=True)
@@ -186,18 +194,27 @@ def checkpoint_rows(work: Path, size_mib: int, repeat: int) -> list[Row]:
 
 
 # -- (c) resume -------------------------------------------------------------------
-def resume_row(size_mib: int, repeat: int) -> tuple[Row, str]:
-    ours, bare, bench, _ = resume.measure(size_mib, repeat)
-    row = Row(
-        f"(c) resume to runnable cell, {size_mib} MiB array (page cache: {bench.cache.split(' ')[0]})",
-        f"new kernel + np.load + cell {bare:.2f} s",
-        f"POST resume → cell ran {ours:.2f} s",
-        ours / bare,
-        "≤ 1.2 (≤ 1.0 with overlap)",
-        ours / bare <= 1.2,
-    )
-    print(row.markdown(), flush=True)
-    return row, bench.cache
+def resume_rows(size_mib: int, repeat: int) -> tuple[list[Row], str]:
+    bench = resume.measure(size_mib, repeat)
+    bare = Stat(bench.times[resume.BARE])
+    rows = []
+    for digest in resume.DIGESTS:
+        name = resume.series_name(digest)
+        ours, ratio = Stat(bench.times[name]), Stat(bench.ratios[name])
+        when = "now" if digest == resume.DIGESTS[0] else "before issue 17"
+        rows.append(
+            Row(
+                f"(c) resume to runnable cell, {size_mib} MiB array, {resume.DIGEST_NAMES[digest]} ({when}; "
+                f"page cache: {bench.cache.split(' ')[0]}; ratio per round {ratio.low:.2f}-{ratio.high:.2f})",
+                f"new kernel + np.load + cell {bare.text()}",
+                f"POST resume → cell ran {ours.text()}",
+                ratio.median,
+                "≤ 1.2 (≤ 1.0 with overlap)",
+                ratio.median <= 1.2,
+            )
+        )
+        print(rows[-1].markdown(), flush=True)
+    return rows, bench.cache
 
 
 # -- (d) status throughput --------------------------------------------------------
@@ -225,14 +242,14 @@ def status_row(work: Path, seconds: float, repeat: int) -> Row:
             ours.append(poll_rate(server, "jupyter-suspend/api/status", 8, seconds))
     finally:
         server.stop()
-    b, o = max(base), max(ours)
+    b, o = Stat(base), Stat(ours)
     row = Row(
         "(d) GET status, 8 concurrent pollers",
-        f"GET /api/status {b:.0f} req/s",
-        f"{o:.0f} req/s",
-        o / b,
+        f"GET /api/status {b.text(' req/s', 0)}",
+        o.text(" req/s", 0),
+        o.median / b.median,
         "≥ 0.5 (requests/s ratio)",
-        o / b >= 0.5,
+        o.median / b.median >= 0.5,
     )
     print(row.markdown(), flush=True)
     return row
@@ -338,12 +355,12 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a CI-sized run (under 3 minutes)")
-    parser.add_argument("--repeat", type=int, default=None, help="rounds, best of (default 3; quick 2)")
+    parser.add_argument("--quick", action="store_true", help="a CI-sized run")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds, median of (default 5; quick 3)")
     parser.add_argument("--only", default="abcdef", help="rows to run (letters), e.g. --only c")
     args = parser.parse_args(argv)
     quick = args.quick
-    repeat = args.repeat or (2 if quick else 3)
+    repeat = args.repeat or (3 if quick else 5)
     grid = [(1, 0), (10, 1), (50, 4)] if quick else [(n, k) for n in (1, 10, 50) for k in (0, 1, 4)]
     grid = [(n, k) for n, k in grid if k <= n]
     size = 256 if quick else 1024
@@ -359,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         if "b" in args.only:
             rows += checkpoint_rows(work, size, repeat)
         if "c" in args.only:
-            row, cache = resume_row(size, repeat)
-            rows.append(row)
+            resumed, cache = resume_rows(size, repeat)
+            rows += resumed
         if "d" in args.only:
             rows.append(status_row(work, 2.0 if quick else 5.0, repeat))
         if "e" in args.only:
@@ -370,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'quick' if quick else 'full'} run, best of {repeat}, {time.monotonic() - started:.0f} s; {before}")
+    print(
+        f"{'quick' if quick else 'full'} run, median (min-max) of {repeat} rounds, "
+        f"{time.monotonic() - started:.0f} s; before: {before}; after: {machine()}"
+    )
     if cache:
         print(f"page cache before each resume and bare start: {cache}")
     print()

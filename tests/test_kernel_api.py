@@ -203,7 +203,7 @@ async def test_corrupt_checkpoint_is_reported_by_name_on_resume(
     report = status["last_restore"]["checkpoints_restored"][kernel_id]
     assert report["restored"] == ["vocab"]
     assert report["failed"][0]["name"] == "weights"
-    assert "fails its SHA-256 check; not loaded" in report["failed"][0]["message"]
+    assert "fails its XXH3-128 check; not loaded" in report["failed"][0]["message"]
     reply = await suspend_api.run(kernel_id, "print('weights' in globals(), vocab)")
     assert reply["stdout"].strip() == "False {'a': 1, 'b': 2}"
     text, data = await verdict(suspend_api, kernel_id, "weights")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from jupyter_suspend.kernel import tensors
 from jupyter_suspend.kernel.store import CheckpointStore, SaveError, SaveItem, check_name, observe
 
 
@@ -48,7 +50,8 @@ def test_numpy_round_trip_with_manifest(tmp_path: Path) -> None:
     assert by_key["weights"]["dtype"] == "float32"
     assert by_key["weights"]["shape"] == [300, 200]
     assert by_key["weights"]["device"] == "cpu"
-    assert len(by_key["weights"]["sha256_chunks"][0]) == 64
+    assert manifest["digest"] == "xxh3-128"
+    assert len(by_key["weights"]["chunk_digests"][0]) == 32  # 128 bits, hex
     assert "strings" not in by_key
     assert entry["bytes"] == (gen.path / "data.pkl").stat().st_size + (gen.path / "data.safetensors").stat().st_size
 
@@ -90,10 +93,10 @@ def test_corruption_is_detected_by_name_and_never_loaded(tmp_path: Path) -> None
     assert "series" not in result.objects
     assert "meta" not in result.objects
     assert "checkpoint 'series'" in result.failed["series"]
-    assert "fails its SHA-256 check" in result.failed["series"]
+    assert "fails its XXH3-128 check" in result.failed["series"]
     assert "not loaded" in result.failed["series"]
     assert f"--generation {older.id}" in result.failed["series"]  # the older intact copy is named
-    assert "meta.pkl fails its SHA-256 check" in result.failed["meta"]
+    assert "meta.pkl fails its XXH3-128 check" in result.failed["meta"]
     assert store.check(newest, "series") is not None
     assert store.check(older, "series") is None
 
@@ -217,7 +220,7 @@ def test_callbacks_round_trip_in_a_new_process(tmp_path: Path) -> None:
     assert folder.restore(folder.path).rows == [1, 2, 3]
     (folder.path / "rows.json").write_text("[9]")
     again = CheckpointStore(tmp_path).load(["conn"])
-    assert "rows.json fails its SHA-256 check" in again.failed["conn"]
+    assert "rows.json fails its XXH3-128 check" in again.failed["conn"]
 
 
 # -- torch -------------------------------------------------------------------
@@ -348,20 +351,25 @@ def slow_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
     verification, and a later chunk's digest is often ready before an earlier one's."""
     from jupyter_suspend.kernel import tensors
 
-    digest = tensors._digest
+    digest_function = tensors.digest_function
     delays = iter([0.004, 0.0, 0.002, 0.0, 0.001] * 1000)
 
-    def late(view: memoryview) -> str:
-        time.sleep(next(delays))
-        return digest(view)
+    def late_digest(name: str) -> Any:
+        digest = digest_function(name)
 
-    monkeypatch.setattr(tensors, "_digest", late)
+        def late(view: memoryview) -> str:
+            time.sleep(next(delays))
+            return digest(view)
+
+        return late
+
+    monkeypatch.setattr(tensors, "digest_function", late_digest)
 
 
 def _chunk_of(gen: Any, name: str, key: str, index: int) -> tuple[Path, int, int]:
     """(data file, first byte of chunk ``index`` of tensor ``key``, its length)."""
     tensor = next(t for t in gen.objects[name]["data"]["tensors"] if t["key"] == key)
-    start = index * SMALL_CHUNK if index >= 0 else (len(tensor["sha256_chunks"]) + index) * SMALL_CHUNK
+    start = index * SMALL_CHUNK if index >= 0 else (len(tensor["chunk_digests"]) + index) * SMALL_CHUNK
     length = min(SMALL_CHUNK, tensor["nbytes"] - start)
     return gen.path / gen.objects[name]["data"]["file"], tensor["offset"] + start, length
 
@@ -374,7 +382,7 @@ def test_a_corrupt_chunk_is_refused_while_chunks_verify_concurrently(
     store = CheckpointStore(tmp_path)
     values = np.arange(10_000, dtype=np.float64)  # 80 000 bytes: 19 full chunks and a short one
     gen = store.save([SaveItem("series", {"a": values, "b": values[:100] + 1})])
-    digests = next(t for t in gen.objects["series"]["data"]["tensors"] if t["key"] == "a")["sha256_chunks"]
+    digests = next(t for t in gen.objects["series"]["data"]["tensors"] if t["key"] == "a")["chunk_digests"]
     assert len(digests) == 20
     data_file, offset, length = _chunk_of(gen, "series", "a", chunk)
     assert length == (80_000 - 19 * small_chunks if chunk == -1 else small_chunks)
@@ -383,7 +391,7 @@ def test_a_corrupt_chunk_is_refused_while_chunks_verify_concurrently(
     result = store.load(["series"])
     assert result.objects == {}
     assert result.failed["series"] == (
-        f"checkpoint 'series' (generation {gen.id}) is corrupt: tensor 'a' fails its SHA-256 check; not loaded"
+        f"checkpoint 'series' (generation {gen.id}) is corrupt: tensor 'a' fails its XXH3-128 check; not loaded"
     )
     assert store.check(gen, "series") is not None
     flip_byte(data_file, offset + length - 1)  # repaired: loads again
@@ -419,12 +427,12 @@ def test_chunk_edges_round_trip(tmp_path: Path, small_chunks: int) -> None:
     store = CheckpointStore(tmp_path)
     gen = store.save([SaveItem("data", data)])
     tensors = {t["key"]: t for t in gen.objects["data"]["data"]["tensors"]}
-    empty_digest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    empty_digest = "99aa06d3014798d86001c324468d497f"  # XXH3-128 of no bytes
     for key, value in data.items():
         expected_chunks = max(1, -(-value.nbytes // small_chunks))
-        assert len(tensors[key]["sha256_chunks"]) == expected_chunks, key
-    assert tensors["empty"]["sha256_chunks"] == [empty_digest]
-    assert tensors["empty_2d"]["sha256_chunks"] == [empty_digest]
+        assert len(tensors[key]["chunk_digests"]) == expected_chunks, key
+    assert tensors["empty"]["chunk_digests"] == [empty_digest]
+    assert tensors["empty_2d"]["chunk_digests"] == [empty_digest]
 
     result = store.load(["data"])
     assert result.failed == {}
@@ -439,4 +447,173 @@ def test_chunk_edges_round_trip(tmp_path: Path, small_chunks: int) -> None:
     data_file, offset, _ = _chunk_of(gen, "data", "after_empty", -1)
     flip_byte(data_file, offset)
     failed = store.load(["data"]).failed["data"]
-    assert "tensor 'after_empty' fails its SHA-256 check; not loaded" in failed
+    assert "tensor 'after_empty' fails its XXH3-128 check; not loaded" in failed
+
+
+# -- the digest (issue 17, "resume at the speed of the disk") -----------------------
+
+#: A checkpoint written by format version 1 (SHA-256 only, the manifest names no digest), made by
+#: the store at commit 72bbed3 with 4 KiB chunks: ``data`` (arrays in 3 + 1 + 1 chunks, a string)
+#: and ``notes`` (saved by callbacks, a file).
+FORMAT_V1 = Path(__file__).parent / "checkpoints" / "format-v1"
+
+
+def _v1_copy(tmp_path: Path) -> CheckpointStore:
+    folder = tmp_path / "v1"
+    shutil.copytree(FORMAT_V1, folder)
+    return CheckpointStore(folder)
+
+
+def test_resume_digest_an_old_sha256_checkpoint_still_loads_and_compares(tmp_path: Path, small_chunks: int) -> None:
+    store = _v1_copy(tmp_path)
+    (gen,) = store.generations()
+    assert gen.manifest["chunk_bytes"] == small_chunks  # observe() hashes with the checkpoint's chunks
+    assert gen.manifest["version"] == 1
+    assert "digest" not in gen.manifest
+    assert gen.digest == "sha256"
+    assert store.check(gen, "data") is None
+    assert store.check(gen, "notes") is None
+
+    result = store.load()
+    assert result.failed == {}
+    data = result.objects["data"]
+    np.testing.assert_array_equal(data["weights"], np.arange(3000, dtype=np.float32).reshape(60, 50) / 7)
+    np.testing.assert_array_equal(data["ids"], np.arange(10, dtype=np.int64))
+    assert data["empty"].shape == (0, 3)
+    assert data["label"] == "version 1"
+    notes = result.objects["notes"]
+    assert notes.restore is not None
+    assert notes.restore(notes.path) == "written by a save callback\n"
+    # Verification compares with the recorded hash in that checkpoint's digest, so a server's record
+    # made before the digest changed still matches the restored object.
+    assert store.digest_of("data") == "sha256"
+    assert observe(data, store.digest_of("data"))["content_hash"] == gen.objects["data"]["content_hash"]
+    assert observe(data)["content_hash"] != gen.objects["data"]["content_hash"]  # the new default differs
+
+    # A new save of the same names uses the new digest; an older SHA-256 copy stays readable beside it.
+    newer = store.save([SaveItem("data", data)])
+    assert newer.digest == "xxh3-128"
+    assert store.digest_of("data") == "xxh3-128"
+    assert store.load(["data"], generation=gen.id).failed == {}
+
+
+def test_resume_digest_a_corrupt_old_sha256_checkpoint_is_refused(tmp_path: Path) -> None:
+    store = _v1_copy(tmp_path)
+    (gen,) = store.generations()
+    flip_byte(gen.path / "data.safetensors", 280 + 4096 + 5)  # the second chunk of 'weights'
+    flip_byte(gen.path / "notes.files" / "notes.txt", 0)
+    result = store.load()
+    assert result.objects == {}
+    assert result.failed["data"].endswith("tensor 'weights' fails its SHA-256 check; not loaded")
+    assert result.failed["notes"].endswith("notes.txt fails its SHA-256 check; not loaded")
+    assert "fails its SHA-256 check" in str(store.check(gen, "data"))
+
+
+@pytest.mark.parametrize("part", ["tensor chunk", "pickle", "callback file"])
+def test_resume_digest_a_corrupt_chunk_under_the_new_digest_is_refused(tmp_path: Path, part: str) -> None:
+    def save_rows(folder: Path) -> None:
+        (folder / "rows.json").write_text(json.dumps(list(range(100))))
+
+    store = CheckpointStore(tmp_path)
+    values = np.arange(3 * 2**20, dtype=np.float64)  # 24 MiB: a full 16 MiB chunk and a short one
+    gen = store.save([SaveItem("series", {"a": values}), SaveItem("conn", save=save_rows, restore=lambda f: f)])
+    assert gen.digest == "xxh3-128"
+    assert gen.manifest["version"] == 2
+    tensor = gen.objects["series"]["data"]["tensors"][0]
+    assert len(tensor["chunk_digests"]) == 2
+    assert "sha256_chunks" not in tensor
+    assert store.load().failed == {}
+    if part == "tensor chunk":
+        flip_byte(gen.path / "series.safetensors", tensor["offset"] + 2**24 + 123)  # inside the second chunk
+        name, expected = "series", "tensor 'a' fails its XXH3-128 check; not loaded"
+    elif part == "pickle":
+        flip_byte(gen.path / "series.pkl", 3)
+        name, expected = "series", "series.pkl fails its XXH3-128 check; not loaded"
+    else:
+        flip_byte(gen.path / "conn.files" / "rows.json", 1)
+        name, expected = "conn", "rows.json fails its XXH3-128 check; not loaded"
+    result = store.load()
+    assert name not in result.objects
+    assert result.failed[name].endswith(expected)
+    assert store.check(gen, name) is not None
+
+
+def test_resume_digest_can_be_chosen_and_a_wrong_choice_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(tmp_path)
+    monkeypatch.setenv(tensors.DIGEST_ENV, "sha256")
+    gen = store.save([SaveItem("x", np.ones(1000))])
+    assert gen.digest == "sha256"
+    assert len(gen.objects["x"]["data"]["tensors"][0]["chunk_digests"][0]) == 64
+    assert store.load(["x"]).failed == {}
+    monkeypatch.setenv(tensors.DIGEST_ENV, "md5")
+    with pytest.raises(SaveError, match=r"JUPYTER_SUSPEND_CHECKPOINT_DIGEST='md5' is not a digest \(allowed: "):
+        store.save([SaveItem("x", np.zeros(1000))])
+    assert [g.id for g in store.generations()] == [gen.id]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_resume_digest_without_xxhash_saves_sha256_and_names_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(tmp_path)
+    assert store.save([SaveItem("x", np.ones(1000))]).digest == "xxh3-128"
+    monkeypatch.setattr(tensors, "_xxhash", lambda: None)
+    result = store.load(["x"])
+    assert result.objects == {}
+    assert result.failed["x"].endswith(
+        "cannot be checked: digest 'xxh3-128' needs the xxhash package, which is not installed here"
+    )
+    assert store.save([SaveItem("y", np.ones(10))]).digest == "sha256"
+    assert store.load(["y"]).failed == {}
+
+
+def test_resume_digest_an_unknown_or_mistyped_digest_is_refused_by_name(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    gen = store.save([SaveItem("x", np.ones(1000))])
+    manifest_path = gen.path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps({**manifest, "digest": "crc7"}))
+    result = store.load(["x"])
+    assert "cannot be checked: unknown digest 'crc7'" in result.failed["x"]
+    manifest_path.write_text(json.dumps({**manifest, "digest": 7}))
+    assert store.load(["x"]).missing == ["x"]
+    assert "'digest' is not a string" in store.problems[0]
+    del manifest["objects"]["x"]["data"]["tensors"][0]["chunk_digests"]
+    manifest_path.write_text(json.dumps(manifest))
+    assert store.load(["x"]).missing == ["x"]
+    assert "has a tensor without its chunk checksums" in store.problems[0]
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(" ", 1)[0]
+        if "-" in first and not first.endswith(":"):
+            start, end = (int(part, 16) for part in first.split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_resume_restored_arrays_are_in_memory_without_huge_page_advice(tmp_path: Path) -> None:
+    """numpy advises huge pages for its large arrays; a restore reads into a private mapping
+    without that advice (huge-page faults took seconds per GiB on this project's VMs)."""
+    big = np.arange(2**20, dtype=np.float64)  # 8 MiB: numpy would advise huge pages
+    middle = big.nbytes // 2  # numpy advises the 2 MiB-aligned part of the allocation
+    assert "hg" in _vm_flags(big.ctypes.data + middle)
+    CheckpointStore(tmp_path).save([SaveItem("big", big)])
+    loaded = CheckpointStore(tmp_path).load(["big"]).objects["big"]
+    np.testing.assert_array_equal(loaded, big)
+    flags = _vm_flags(loaded.ctypes.data + middle)
+    assert "hg" not in flags
+    assert "sh" not in flags  # private: a forked child copies on write, never shares the array
+    loaded[0] = -1.0  # writable
+    assert loaded[0] == -1.0
+    # The next checkpoint of the restored array is the same as any array's.
+    again = CheckpointStore(tmp_path / "again").save([SaveItem("big", loaded)])
+    assert observe(loaded)["content_hash"] == again.objects["big"]["content_hash"]

@@ -251,7 +251,7 @@ class KernelHelper(SuspendKernel):
                 observed["names"][name] = {"error": str(exc)}
                 continue
             try:
-                observed["names"][name] = observe(value)
+                observed["names"][name] = observe(value, self.store().digest_of(name))
             except Exception as exc:  # noqa: BLE001 - unhashable objects are reported, not fatal
                 observed["names"][name] = {"error": f"cannot be hashed: {type(exc).__name__}: {exc}"}
         return observed

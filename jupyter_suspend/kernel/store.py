@@ -20,7 +20,13 @@ The ``.safetensors`` files follow the safetensors layout (8-byte header
 length, JSON header with dtype/shape/offsets, raw data), so the tensors can be
 read without jupyter-suspend; the manifest adds what safetensors does not
 carry: the device each tensor lived on, whether it was a Parameter, and the
-per-chunk SHA-256 digests checked on every load.
+per-chunk digests checked on every load.
+
+Digests: the manifest's ``digest`` names the algorithm of every checksum in it
+(``xxh3-128`` by default: see :mod:`.tensors` for why not SHA-256), in the
+fields ``digest`` (a file) and ``chunk_digests`` (a tensor). A manifest of
+format version 1 names none: its fields are ``sha256`` and ``sha256_chunks``,
+SHA-256, and it is read and checked as before.
 """
 
 from __future__ import annotations
@@ -48,18 +54,24 @@ from ..common.checkpoints import check_name
 from ..common.durable import fsync_directory
 from .tensors import (
     CHUNK_BYTES,
+    SHA256,
     Buffer,
     CannotLoad,
     ChunkHasher,
+    DigestUnavailable,
     as_buffer,
     chunk_digests,
+    default_digest,
+    digest_function,
     empty_like_manifest,
+    incremental_digest,
     place,
     torch_module,
 )
 
 FORMAT = "jupyter-suspend-checkpoint"
-FORMAT_VERSION = 1
+#: 2: the manifest names its ``digest``; 1: SHA-256 in ``sha256``/``sha256_chunks`` fields.
+FORMAT_VERSION = 2
 PICKLE_PROTOCOL = 5
 MANIFEST = "manifest.json"
 _TMP_PREFIX = ".tmp-"
@@ -182,28 +194,39 @@ def structure_digest(obj: Any, ser: Serialized) -> str:
     return hashlib.sha256(out.getvalue()).hexdigest()
 
 
-def content_hash(structure: str, tensors: list[dict[str, Any]]) -> str:
+def _tensor_line(t: dict[str, Any], digest: str) -> bytes:
+    # SHA-256 chunks hash exactly as in format version 1, so that a content hash
+    # recorded before the digest changed still compares equal.
+    chunks = ",".join(t["chunk_digests"])
+    return f"\n{t['key']}|{t['dtype']}|{t['shape']}|{chunks if digest == SHA256 else f'{digest}:{chunks}'}".encode()
+
+
+def content_hash(structure: str, tensors: list[dict[str, Any]], digest: str) -> str:
     """The hash of an object that verification compares: its structure plus
-    every tensor's key, dtype, shape and content (never its device)."""
+    every tensor's key, dtype, shape and content (never its device), the
+    content as the chunk digests of ``digest``."""
     h = hashlib.sha256(b"jupyter-suspend-content-v1\n")
     h.update(structure.encode())
     for t in tensors:
-        h.update(f"\n{t['key']}|{t['dtype']}|{t['shape']}|{','.join(t['sha256_chunks'])}".encode())
+        h.update(_tensor_line(t, digest))
     return "sha256:" + h.hexdigest()
 
 
-def tensors_hash(tensors: list[dict[str, Any]]) -> str | None:
+def tensors_hash(tensors: list[dict[str, Any]], digest: str) -> str | None:
     if not tensors:
         return None
     h = hashlib.sha256(b"jupyter-suspend-tensors-v1")
     for t in tensors:
-        h.update(f"\n{t['key']}|{t['dtype']}|{t['shape']}|{','.join(t['sha256_chunks'])}".encode())
+        h.update(_tensor_line(t, digest))
     return "sha256:" + h.hexdigest()
 
 
-def observe(obj: Any) -> dict[str, Any]:
+def observe(obj: Any, digest: str | None = None) -> dict[str, Any]:
     """Hash an object as it is in memory now (tensors read back from their
-    device), the same way a save hashes it."""
+    device), the same way a save with ``digest`` (default: the one new saves
+    use) hashes it; compare with a checkpoint using that checkpoint's digest
+    (:meth:`CheckpointStore.digest_of`)."""
+    digest = digest or default_digest()
     ser = serialize(obj)
     tensors = [
         {
@@ -211,14 +234,14 @@ def observe(obj: Any) -> dict[str, Any]:
             "dtype": b.dtype,
             "shape": b.shape,
             "device": b.device,
-            "sha256_chunks": chunk_digests(b.host_view()),
+            "chunk_digests": chunk_digests(b.host_view(), digest),
         }
         for key, b in ser.buffers
     ]
     structure = structure_digest(obj, ser)
     return {
-        "content_hash": content_hash(structure, tensors),
-        "tensors_hash": tensors_hash(tensors),
+        "content_hash": content_hash(structure, tensors, digest),
+        "tensors_hash": tensors_hash(tensors, digest),
         "structure_sha256": structure.removeprefix("pickle:"),
         "tensors": len(tensors),
         "devices": sorted({t["device"] for t in tensors}),
@@ -253,6 +276,9 @@ def manifest_problem(manifest: Any) -> str | None:
     ):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"{key!r} is not a number"
+    if not _is_str(manifest.get("digest", SHA256)):
+        return "'digest' is not a string"
+    file_sum, chunk_sums = _checksum_fields(manifest)
     for name, entry in objects.items():
         where = f"objects[{name!r}]"
         if not isinstance(entry, dict):
@@ -262,29 +288,40 @@ def manifest_problem(manifest: Any) -> str | None:
         if entry.get("kind") == "callback":
             if not _is_str(entry.get("folder")) or not _is_objects(entry.get("files")):
                 return f"{where} lacks its folder or files"
-            if not all(_is_str(f.get("file")) and _is_str(f.get("sha256")) for f in entry["files"]):
+            if not all(_is_str(f.get("file")) and _is_str(f.get(file_sum)) for f in entry["files"]):
                 return f"{where} has a file without name or checksum"
             continue
         pickled = entry.get("pickle")
-        if not isinstance(pickled, dict) or not _is_str(pickled.get("file")) or not _is_str(pickled.get("sha256")):
+        if not isinstance(pickled, dict) or not _is_str(pickled.get("file")) or not _is_str(pickled.get(file_sum)):
             return f"{where}.pickle is not a file with a checksum"
         data = entry.get("data")
         if data is not None and (
             not isinstance(data, dict) or not _is_str(data.get("file")) or not _is_objects(data.get("tensors"))
         ):
             return f"{where}.data is not a data file with tensors"
+        if data is not None and not all(
+            isinstance(t.get(chunk_sums), list) and all(_is_str(c) for c in t[chunk_sums]) for t in data["tensors"]
+        ):
+            return f"{where}.data has a tensor without its chunk checksums"
     return None
+
+
+def _checksum_fields(manifest: dict[str, Any]) -> tuple[str, str]:
+    """The fields a manifest keeps a file's checksum and a tensor's chunk checksums in."""
+    if "digest" in manifest:
+        return "digest", "chunk_digests"
+    return "sha256", "sha256_chunks"  # format version 1: SHA-256 only
 
 
 # -- file helpers --------------------------------------------------------------
 
 
-def _write_file(path: Path, data: bytes) -> str:
+def _write_file(path: Path, data: bytes, digest: str) -> str:
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    return hashlib.sha256(data).hexdigest()
+    return digest_function(digest)(data)
 
 
 def _write_all(fd: int, view: memoryview) -> None:
@@ -343,6 +380,25 @@ class Generation:
     def created(self) -> float:
         return float(self.manifest.get("created_epoch", 0.0))
 
+    @property
+    def digest(self) -> str:
+        """The algorithm of this generation's checksums (format version 1: SHA-256)."""
+        return str(self.manifest.get("digest", SHA256))
+
+    def file_sum(self, info: dict[str, Any]) -> str:
+        return str(info[_checksum_fields(self.manifest)[0]])
+
+    def chunk_sums(self, tensor: dict[str, Any]) -> list[str]:
+        return list(tensor[_checksum_fields(self.manifest)[1]])
+
+    def hasher(self, where: str) -> Callable[[Any], str]:
+        """The function that checks this generation's checksums; :class:`CannotLoad`
+        when its digest is unknown or its library is not installed here."""
+        try:
+            return digest_function(self.digest)
+        except DigestUnavailable as exc:
+            raise CannotLoad(f"{where} cannot be checked: {exc}") from exc
+
 
 @dataclass
 class LoadResult:
@@ -398,6 +454,13 @@ class CheckpointStore:
                 return gen
         return None
 
+    def digest_of(self, name: str) -> str:
+        """The digest of the newest checkpoint of ``name`` (the one a server's
+        record holds), else the one new saves use: what :func:`observe` must use
+        for its content hash to compare with that checkpoint's."""
+        gen = self.latest_with(name)
+        return gen.digest if gen is not None else default_digest()
+
     def names(self) -> list[str]:
         seen: dict[str, None] = {}
         for gen in self.generations():
@@ -413,15 +476,20 @@ class CheckpointStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         gen_id = _new_generation_id()
         tmp = self.directory / f"{_TMP_PREFIX}{gen_id}-{socket.gethostname()}-{os.getpid()}"
+        try:
+            digest = default_digest()
+        except DigestUnavailable as exc:
+            raise SaveError(items[0].name if items else "", str(exc)) from exc
         tmp.mkdir()
         started = time.perf_counter()
         try:
             objects = {}
             for item in items:
-                objects[item.name] = self._save_item(tmp, item)
+                objects[item.name] = self._save_item(tmp, item, digest)
             manifest = {
                 "format": FORMAT,
                 "version": FORMAT_VERSION,
+                "digest": digest,
                 "generation": gen_id,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "created_epoch": time.time(),
@@ -433,7 +501,7 @@ class CheckpointStore:
                 **info,
                 "objects": objects,
             }
-            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
+            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode(), digest)
             fsync_directory(tmp)
             final = self.directory / gen_id
             os.rename(tmp, final)
@@ -445,10 +513,10 @@ class CheckpointStore:
         self.prune()
         return generation
 
-    def _save_item(self, tmp: Path, item: SaveItem) -> dict[str, Any]:
+    def _save_item(self, tmp: Path, item: SaveItem, digest: str) -> dict[str, Any]:
         started = time.perf_counter()
         if item.save is not None:
-            return self._save_callback(tmp, item, started)
+            return self._save_callback(tmp, item, started, digest)
         try:
             ser = serialize(item.obj)
         except Exception as exc:
@@ -460,29 +528,29 @@ class CheckpointStore:
                 f"(jupyter_suspend.register({item.name!r}, save=..., restore=...)) or unregister it.",
             ) from exc
         pickle_file = f"{item.name}.pkl"
-        pickle_sha = _write_file(tmp / pickle_file, ser.pickle_bytes)
+        pickle_sum = _write_file(tmp / pickle_file, ser.pickle_bytes, digest)
         entry: dict[str, Any] = {
             "name": item.name,
             "kind": "object",
             "type": f"{type(item.obj).__module__}.{type(item.obj).__qualname__}",
             "serializer": ser.serializer,
-            "pickle": {"file": pickle_file, "bytes": len(ser.pickle_bytes), "sha256": pickle_sha},
+            "pickle": {"file": pickle_file, "bytes": len(ser.pickle_bytes), "digest": pickle_sum},
             "bytes": len(ser.pickle_bytes),
         }
         tensors: list[dict[str, Any]] = []
         if ser.buffers:
             data_file = f"{item.name}.safetensors"
-            tensors, size = _write_safetensors(tmp / data_file, ser.buffers, item.name)
+            tensors, size = _write_safetensors(tmp / data_file, ser.buffers, item.name, digest)
             entry["data"] = {"file": data_file, "bytes": size, "format": "safetensors", "tensors": tensors}
             entry["bytes"] += size
-        entry["content_hash"] = content_hash(structure_digest(item.obj, ser), tensors)
-        entry["tensors_hash"] = tensors_hash(tensors)
+        entry["content_hash"] = content_hash(structure_digest(item.obj, ser), tensors, digest)
+        entry["tensors_hash"] = tensors_hash(tensors, digest)
         entry["tensors"] = len(tensors)
         entry["devices"] = sorted({t["device"] for t in tensors})
         entry["seconds"] = round(time.perf_counter() - started, 6)
         return entry
 
-    def _save_callback(self, tmp: Path, item: SaveItem, started: float) -> dict[str, Any]:
+    def _save_callback(self, tmp: Path, item: SaveItem, started: float, digest: str) -> dict[str, Any]:
         assert item.save is not None
         folder = tmp / f"{item.name}.files"
         folder.mkdir()
@@ -494,13 +562,11 @@ class CheckpointStore:
         total = 0
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             with open(path, "rb") as fh:
-                digest = hashlib.sha256()
-                while block := fh.read(CHUNK_BYTES):
-                    digest.update(block)
+                file_sum = _file_digest(fh, digest)
                 os.fsync(fh.fileno())
             size = path.stat().st_size
             total += size
-            files.append({"file": str(path.relative_to(folder)), "bytes": size, "sha256": digest.hexdigest()})
+            files.append({"file": str(path.relative_to(folder)), "bytes": size, "digest": file_sum})
         for directory in sorted({p.parent for p in folder.rglob("*")} | {folder}):
             fsync_directory(directory)
         entry: dict[str, Any] = {
@@ -522,8 +588,11 @@ class CheckpointStore:
             entry["callbacks_error"] = f"{type(exc).__name__}: {exc}"
         else:
             file = f"{item.name}.callbacks.pkl"
-            sha = _write_file(tmp / file, data.pickle_bytes)
-            entry["callbacks"] = {"file": file, "sha256": sha, "serializer": data.serializer}
+            entry["callbacks"] = {
+                "file": file,
+                "digest": _write_file(tmp / file, data.pickle_bytes, digest),
+                "serializer": data.serializer,
+            }
         entry["seconds"] = round(time.perf_counter() - started, 6)
         return entry
 
@@ -608,22 +677,21 @@ class CheckpointStore:
         if entry.get("kind") == "callback":
             return self._load_callback(gen, entry, where)
         pickle_info = entry["pickle"]
+        hasher = gen.hasher(where)
         try:
             data = (gen.path / pickle_info["file"]).read_bytes()
         except OSError as exc:
             raise CorruptCheckpoint(
                 f"{where} is corrupt: {pickle_info['file']} unreadable ({exc}); not loaded"
             ) from exc
-        if hashlib.sha256(data).hexdigest() != pickle_info["sha256"]:
-            raise CorruptCheckpoint(f"{where} is corrupt: {pickle_info['file']} fails its SHA-256 check; not loaded")
+        if hasher(data) != gen.file_sum(pickle_info):
+            raise CorruptCheckpoint(f"{where} is corrupt: {pickle_info['file']} {_fails(gen)}; not loaded")
         tensors: dict[str, Any] = {}
         warnings: list[str] = []
         size = len(data)
         if "data" in entry:
             chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
-            tensors, warnings = _read_safetensors(
-                gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk
-            )
+            tensors, warnings = _read_safetensors(gen, entry["data"], where, chunk)
             size += entry["data"]["bytes"]
 
         class Unpickler(pickle.Unpickler):
@@ -643,24 +711,23 @@ class CheckpointStore:
 
     def _load_callback(self, gen: Generation, entry: dict[str, Any], where: str) -> tuple[Any, list[str], int]:
         folder = gen.path / entry["folder"]
+        hasher = gen.hasher(where)
         for info in entry["files"]:
             path = folder / info["file"]
             try:
                 with open(path, "rb") as fh:
-                    digest = hashlib.sha256()
-                    while block := fh.read(CHUNK_BYTES):
-                        digest.update(block)
+                    file_sum = _file_digest(fh, gen.digest)
             except OSError as exc:
                 raise CorruptCheckpoint(f"{where} is corrupt: {info['file']} unreadable ({exc}); not loaded") from exc
-            if digest.hexdigest() != info["sha256"]:
-                raise CorruptCheckpoint(f"{where} is corrupt: {info['file']} fails its SHA-256 check; not loaded")
+            if file_sum != gen.file_sum(info):
+                raise CorruptCheckpoint(f"{where} is corrupt: {info['file']} {_fails(gen)}; not loaded")
         callbacks: tuple[Any, Any] | None = None
         problem = entry.get("callbacks_error") or "its callbacks were not saved with it"
         saved = entry.get("callbacks")
         if saved:
             data = (gen.path / saved["file"]).read_bytes()
-            if hashlib.sha256(data).hexdigest() != saved["sha256"]:
-                raise CorruptCheckpoint(f"{where} is corrupt: {saved['file']} fails its SHA-256 check; not loaded")
+            if hasher(data) != gen.file_sum(saved):
+                raise CorruptCheckpoint(f"{where} is corrupt: {saved['file']} {_fails(gen)}; not loaded")
             try:
                 callbacks = pickle.loads(data)
             except Exception as exc:  # noqa: BLE001 - the registered callbacks may still do
@@ -677,12 +744,12 @@ class CheckpointStore:
                 self._load_callback(gen, entry, where)
                 return None
             data = (gen.path / entry["pickle"]["file"]).read_bytes()
-            if hashlib.sha256(data).hexdigest() != entry["pickle"]["sha256"]:
-                return f"{where}: {entry['pickle']['file']} fails its SHA-256 check"
+            if gen.hasher(where)(data) != gen.file_sum(entry["pickle"]):
+                return f"{where}: {entry['pickle']['file']} {_fails(gen)}"
             if "data" in entry:
                 chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
-                _check_safetensors(gen.path / entry["data"]["file"], entry["data"]["tensors"], where, chunk)
-        except CorruptCheckpoint as exc:
+                _check_safetensors(gen, entry["data"], where, chunk)
+        except (CorruptCheckpoint, CannotLoad) as exc:
             return str(exc)
         except OSError as exc:
             return f"{where}: unreadable ({exc})"
@@ -704,6 +771,21 @@ class CorruptCheckpoint(Exception):
     """A checkpoint failed its checksum (or is truncated): it is not loaded."""
 
 
+_DIGEST_NAMES = {SHA256: "SHA-256", "xxh3-128": "XXH3-128"}
+
+
+def _fails(gen: Generation) -> str:
+    return f"fails its {_DIGEST_NAMES.get(gen.digest, gen.digest)} check"
+
+
+def _file_digest(fh: Any, digest: str) -> str:
+    """The digest of a whole open file, read block by block."""
+    hasher = incremental_digest(digest)
+    while block := fh.read(CHUNK_BYTES):
+        hasher.update(block)
+    return str(hasher.hexdigest())
+
+
 # -- the safetensors data file ----------------------------------------------------
 
 
@@ -720,7 +802,9 @@ def _safetensors_header(buffers: list[tuple[str, Buffer]]) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str) -> tuple[list[dict[str, Any]], int]:
+def _write_safetensors(
+    path: Path, buffers: list[tuple[str, Buffer]], name: str, digest: str
+) -> tuple[list[dict[str, Any]], int]:
     header = _safetensors_header(buffers)
     entries: list[dict[str, Any]] = []
     hashers: list[tuple[ChunkHasher, memoryview]] = []
@@ -733,7 +817,7 @@ def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str)
                 view = b.host_view()
             except Exception as exc:
                 raise SaveError(name, f"tensor {key!r} could not be read from {b.device}: {exc}") from exc
-            hasher = ChunkHasher()
+            hasher = ChunkHasher(digest)
             # Hash each chunk in the background while the next one is written.
             for start in range(0, view.nbytes, CHUNK_BYTES):
                 chunk = view[start : start + CHUNK_BYTES]
@@ -759,7 +843,7 @@ def _write_safetensors(path: Path, buffers: list[tuple[str, Buffer]], name: str)
     finally:
         os.close(fd)
     for entry, (hasher, view) in zip(entries, hashers, strict=True):
-        entry["sha256_chunks"] = hasher.digests() if view.nbytes else chunk_digests(view)
+        entry["chunk_digests"] = hasher.digests() if view.nbytes else chunk_digests(view, digest)
     return entries, offset
 
 
@@ -774,11 +858,13 @@ def _open_data(path: Path, where: str) -> Any:
 
 
 def _read_safetensors(
-    path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int
+    gen: Generation, data: dict[str, Any], where: str, chunk_bytes: int
 ) -> tuple[dict[str, Any], list[str]]:
-    """Read every tensor into fresh host memory, checking each chunk's SHA-256
+    """Read every tensor into fresh host memory, checking each chunk's digest
     (in background threads, while the next chunk is read); move tensors back
     to their device only after everything checked out."""
+    path, entries = gen.path / data["file"], data["tensors"]
+    gen.hasher(where)  # an unknown digest is refused before anything is read
     loaded: dict[str, Any] = {}
     warnings: list[str] = []
     checks: list[tuple[dict[str, Any], ChunkHasher]] = []
@@ -788,7 +874,7 @@ def _read_safetensors(
             if view.nbytes != entry["nbytes"]:
                 raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} size disagrees with its shape")
             fh.seek(entry["offset"])
-            hasher = ChunkHasher()
+            hasher = ChunkHasher(gen.digest)
             try:
                 for start in range(0, view.nbytes, chunk_bytes):
                     chunk = view[start : start + chunk_bytes]
@@ -799,9 +885,9 @@ def _read_safetensors(
             checks.append((entry, hasher))
             loaded[entry["key"]] = obj
     for entry, hasher in checks:
-        digests = hasher.digests() if entry["nbytes"] else [hashlib.sha256(b"").hexdigest()]
-        if digests != entry["sha256_chunks"]:
-            raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} fails its SHA-256 check; not loaded")
+        digests = hasher.digests() if entry["nbytes"] else chunk_digests(memoryview(b""), gen.digest)
+        if digests != gen.chunk_sums(entry):
+            raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} {_fails(gen)}; not loaded")
     for entry in entries:
         if entry["library"] == "torch":
             tensor, warning = place(loaded[entry["key"]], entry["device"], entry["parameter"], entry["requires_grad"])
@@ -811,21 +897,23 @@ def _read_safetensors(
     return loaded, warnings
 
 
-def _check_safetensors(path: Path, entries: list[dict[str, Any]], where: str, chunk_bytes: int) -> None:
+def _check_safetensors(gen: Generation, data: dict[str, Any], where: str, chunk_bytes: int) -> None:
+    path, entries = gen.path / data["file"], data["tensors"]
+    hasher = gen.hasher(where)
     with _open_data(path, where) as fh:
         for entry in entries:
             fh.seek(entry["offset"])
             digests = []
             remaining = entry["nbytes"]
             if remaining == 0:
-                digests.append(hashlib.sha256(b"").hexdigest())
+                digests.append(hasher(b""))
             while remaining > 0:
                 block = bytearray(min(chunk_bytes, remaining))
                 try:
                     _read_into(fh, memoryview(block))
                 except EOFError as exc:
                     raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated") from exc
-                digests.append(hashlib.sha256(block).hexdigest())
+                digests.append(hasher(block))
                 remaining -= len(block)
-            if digests != entry["sha256_chunks"]:
-                raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} fails its SHA-256 check")
+            if digests != gen.chunk_sums(entry):
+                raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} {_fails(gen)}")

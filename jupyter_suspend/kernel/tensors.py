@@ -4,20 +4,29 @@ numpy and torch are never imported here unless the user's code imported them
 already (an object can only be an ndarray if numpy is in ``sys.modules``), so
 loading the extension stays cheap in kernels that use neither.
 
-Hashes are SHA-256 over fixed-size chunks of a buffer (one digest per
+Hashes are digests over fixed-size chunks of a buffer (one digest per
 :data:`CHUNK_BYTES` slice). A buffer smaller than a chunk has exactly one
-digest, the plain SHA-256 of its bytes; large buffers hash in parallel on
-several cores (hashlib releases the GIL), which keeps verified reads close to
-the disk's bandwidth.
+digest, the plain digest of its bytes; large buffers hash in background
+threads while the next chunk is read or written.
+
+The digest guards against corruption (a torn write, a bad block, a truncated
+copy), not tampering: the manifest that holds the digests sits beside the
+data, so whoever can change the data can change the digest too. New
+checkpoints therefore use XXH3-128 (:data:`XXH3_128`, from the ``xxhash``
+package), about 10 GiB/s on one core, instead of SHA-256 (about 1 GiB/s per
+core, which was most of a resume's CPU time). A manifest names its digest;
+one that names none was written with SHA-256 and is still read and checked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -60,28 +69,79 @@ def hash_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _digest(view: memoryview) -> str:
-    return hashlib.sha256(view).hexdigest()
+#: The digest of checkpoints written before the manifest named one (format version 1).
+SHA256 = "sha256"
+#: XXH3, 128-bit variant (xxhash.com; the ``xxhash`` package): the default when installed.
+XXH3_128 = "xxh3-128"
+DIGESTS = (XXH3_128, SHA256)
+#: Set in a kernel's environment to choose the digest of new checkpoints (one of :data:`DIGESTS`).
+DIGEST_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIGEST"
+
+
+class DigestUnavailable(Exception):
+    """A digest is unknown, or its library is not installed here."""
+
+
+def _xxhash() -> Any:
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    return xxhash
+
+
+def digest_function(name: str) -> Callable[[Any], str]:
+    """The function that hashes a buffer with the digest ``name`` (hex string)."""
+    if name == SHA256:
+        return lambda data: hashlib.sha256(data).hexdigest()
+    if name == XXH3_128:
+        xxhash = _xxhash()
+        if xxhash is None:
+            raise DigestUnavailable(f"digest {name!r} needs the xxhash package, which is not installed here")
+        function: Callable[[Any], str] = xxhash.xxh3_128_hexdigest
+        return function
+    raise DigestUnavailable(f"unknown digest {name!r} (known: {', '.join(DIGESTS)})")
+
+
+def incremental_digest(name: str) -> Any:
+    """A hash object (``update``, ``hexdigest``) of the digest ``name``, for data read in blocks."""
+    if name == SHA256:
+        return hashlib.sha256()
+    digest_function(name)  # unknown or not installed: DigestUnavailable
+    return _xxhash().xxh3_128()
+
+
+def default_digest() -> str:
+    """The digest new checkpoints use: :data:`DIGEST_ENV` when set, else XXH3-128
+    when xxhash is installed, else SHA-256."""
+    chosen = os.environ.get(DIGEST_ENV, "").strip()
+    if chosen:
+        if chosen not in DIGESTS:
+            raise DigestUnavailable(f"{DIGEST_ENV}={chosen!r} is not a digest (allowed: {', '.join(DIGESTS)})")
+        digest_function(chosen)  # its library must be installed
+        return chosen
+    return XXH3_128 if _xxhash() is not None else SHA256
 
 
 class ChunkHasher:
     """Hash a buffer chunk by chunk as it is written or read, in background threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, digest: str) -> None:
+        self._hash = digest_function(digest)
         self._futures: list[Future[str]] = []
 
     def add(self, view: memoryview) -> None:
-        self._futures.append(hash_pool().submit(_digest, view))
+        self._futures.append(hash_pool().submit(self._hash, view))
 
     def digests(self) -> list[str]:
         return [f.result() for f in self._futures]
 
 
-def chunk_digests(view: memoryview) -> list[str]:
-    """The per-chunk SHA-256 digests of a whole buffer (empty buffer: one digest)."""
+def chunk_digests(view: memoryview, digest: str) -> list[str]:
+    """The per-chunk digests of a whole buffer (empty buffer: one digest)."""
     if view.nbytes == 0:
-        return [hashlib.sha256(b"").hexdigest()]
-    hasher = ChunkHasher()
+        return [digest_function(digest)(b"")]
+    hasher = ChunkHasher(digest)
     for start in range(0, view.nbytes, CHUNK_BYTES):
         hasher.add(view[start : start + CHUNK_BYTES])
     return hasher.digests()
@@ -157,8 +217,26 @@ def host_bytes(obj: Any) -> memoryview:
     return memoryview(tensor.view(torch.uint8).numpy())
 
 
-def buffer_digests(buffer: Buffer) -> list[str]:
-    return chunk_digests(buffer.host_view())
+def host_buffer(nbytes: int) -> Any:
+    """Fresh, writable host memory (a numpy ``uint8`` array) for a restore to read into.
+
+    An anonymous private mapping, without the transparent-huge-page advice
+    numpy gives its own large allocations: on a VM whose host takes free
+    memory back (this project's build machine), faulting a fresh GiB in huge
+    pages took 10-33 s against 0.9-1.2 s in 4 KiB pages, and a whole 1 GiB
+    restore 11-19 s against 0.5-0.7 s (docs/benchmarks.md). Elsewhere huge
+    pages save about 0.3 s per GiB; 4 KiB pages never cost seconds. The
+    arrays and tensors built on it do not own their memory (the mapping is
+    freed with the last of them): ``ndarray.resize`` and ``Tensor.resize_``
+    are refused, everything else behaves as usual.
+    """
+    np = _import_numpy()
+    private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
+    if nbytes == 0 or private is None or anonymous is None:  # not a POSIX system: numpy's allocator
+        return np.empty(nbytes, dtype=np.uint8)
+    # Private: a fork must copy on write, never share the user's arrays.
+    mapping = mmap.mmap(-1, nbytes, flags=private | anonymous)
+    return np.frombuffer(mapping, dtype=np.uint8)
 
 
 def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
@@ -166,19 +244,17 @@ def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
     shape = tuple(entry["shape"])
     if entry["library"] == "numpy":
         np = _import_numpy()
-        array = np.empty(shape, dtype=np.dtype(entry["dtype"]))
-        return array, memoryview(array.reshape(-1).view(np.uint8))
+        dtype = np.dtype(entry["dtype"])
+        host = host_buffer(math.prod(shape) * dtype.itemsize)
+        return host.view(dtype).reshape(shape), memoryview(host)
     torch = _import_torch(entry)
     dtype = getattr(torch, entry["dtype"])
-    # The host memory comes from numpy, whose allocator asks for transparent
-    # huge pages: torch's faults a fresh GiB in 4 KiB pages, several times
-    # slower than reading it from disk. The tensor is a view of it (any dtype,
-    # bfloat16 included, through a byte view); only resize_() is refused.
-    np = _import_numpy()
+    # The tensor is a view of host_buffer's memory (any dtype, bfloat16
+    # included, through a byte view); only resize_() is refused.
     count = math.prod(shape)
     if count == 0:
         return torch.empty(shape, dtype=dtype), memoryview(b"")
-    host = np.empty(count * torch.empty((), dtype=dtype).element_size(), dtype=np.uint8)
+    host = host_buffer(count * torch.empty((), dtype=dtype).element_size())
     tensor = torch.from_numpy(host).view(dtype).reshape(shape)
     return tensor, memoryview(host)
 
