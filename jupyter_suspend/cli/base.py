@@ -15,12 +15,14 @@ progress and errors go to stderr.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 from jupyter_core.application import JupyterApp
-from traitlets import Bool, Unicode
+from traitlets import Bool, TraitError, Unicode
+from traitlets.config import Config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -58,6 +60,15 @@ class CommandApp(JupyterApp):
             super().initialize(argv)
         finally:
             self._initializing = False
+
+    def _load_config(self, cfg: Config, section_names: list[str] | None = None, traits: Any = None) -> None:
+        # A value of the wrong type is a usage error said as one (exit 2, the option named), not
+        # traitlets' "CRITICAL | Bad config encountered during initialization".
+        try:
+            super()._load_config(cfg, section_names, traits)
+        except TraitError as exc:
+            match = re.search(r"The '(\w+)' trait of an? \w+ instance (.*)", str(exc))
+            self.usage_error(f"--{match.group(1).replace('_', '-')}: {match.group(2)}" if match else str(exc))
 
     def exit(self, exit_status: int | str | None = 0) -> None:
         # traitlets reports unknown flags and bad trait values with exit status 1; for us that is a usage error.
