@@ -52,4 +52,5 @@ def test_item10_a_value_of_the_wrong_type_is_a_usage_error_not_bad_config(
     done = run(*command, f"{option}=soon")
     assert done.returncode == 2, done.stderr
     assert f"{option}: expected a float, not the str 'soon'" in done.stderr
-    assert "CRITICAL" not in done.stderr and "Bad config" not in done.stderr
+    assert "CRITICAL" not in done.stderr
+    assert "Bad config" not in done.stderr

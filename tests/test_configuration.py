@@ -71,7 +71,8 @@ async def test_item1_misconfiguration_answers_503_on_every_route_and_never_runs_
             with pytest.raises(HTTPClientError) as caught:
                 await jp_fetch("jupyter-suspend/api", example_path(endpoint), **kwargs)
             response = caught.value.response
-            assert response is not None and response.code == 503, (method, endpoint)
+            assert response is not None
+            assert response.code == 503, (method, endpoint)
             assert response.headers["Content-Type"] == "application/json"
             check_answer(method.upper(), endpoint, 503, response.body)
             body = json.loads(response.body)
@@ -178,7 +179,9 @@ def test_item2_a_real_server_stops_on_sigterm_after_a_bad_start(tmp_path: Path, 
         server.stop(signal.SIGKILL)
     log = server.log_path.read_text()
     assert "jupyter-suspend is misconfigured" in log
-    assert "[E " in log and "Bad config" not in log and "Traceback" not in log
+    assert "[E " in log
+    assert "Bad config" not in log
+    assert "Traceback" not in log
 
 
 def test_item1_a_wrong_type_is_a_problem_and_the_other_settings_load() -> None:
@@ -188,5 +191,5 @@ def test_item1_a_wrong_type_is_a_problem_and_the_other_settings_load() -> None:
 
     policy = IdlePolicy(config=Config({"IdlePolicy": {"tick_seconds": "x", "break_even_factor": 2.0}}))
     # The good value is kept, the bad one is a problem (not an exception), its default kept.
-    assert policy.break_even_factor == 2.0 and policy.tick_seconds == 5.0
+    assert (policy.break_even_factor, policy.tick_seconds) == (2.0, 5.0)
     assert [p.setting for p in policy.configuration_problems()] == ["IdlePolicy.tick_seconds"]

@@ -254,7 +254,10 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
         lifecycle = getattr(self, "lifecycle", None)
         if lifecycle is not None:
             await lifecycle.stop()
-        if hasattr(self, "_previous_checkpoint_env") and os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir:
+        if (
+            hasattr(self, "_previous_checkpoint_env")
+            and os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir
+        ):
             previous = getattr(self, "_previous_checkpoint_env", None)
             if previous is None:
                 os.environ.pop(KERNEL_CHECKPOINT_DIR_ENV, None)

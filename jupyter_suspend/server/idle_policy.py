@@ -134,7 +134,9 @@ def parse_classes(configured: dict[str, Any]) -> dict[str, WorkloadClass]:
                     f"allowed: {'a number of seconds, 0 or more' if float in types else types[-1].__name__}"
                 )
             if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:
-                raise ValueError(f"workload class {name!r}: {key} must not be negative, got {value!r}; allowed: 0 or more")
+                raise ValueError(
+                    f"workload class {name!r}: {key} must not be negative, got {value!r}; allowed: 0 or more"
+                )
         classes[name] = WorkloadClass(name=name, **spec)
     return classes
 

@@ -159,7 +159,7 @@ class SuspendMetrics:
         self.misconfigured_settings = Gauge(
             "jupyter_suspend_misconfigured",
             "1 per setting that is wrong: the extension runs misconfigured (its API answers 503, no suspend, "
-            "no idle policy) until the configuration is fixed and the server restarted; setting=\"\" is 0 "
+            'no idle policy) until the configuration is fixed and the server restarted; setting="" is 0 '
             "when every setting is right.",
             ["setting"],
             registry=r,
