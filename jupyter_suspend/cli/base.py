@@ -5,7 +5,10 @@ Exit codes are the same for every command:
 * :data:`EXIT_OK` (0) -- done, and the outcome is the one asked for;
 * :data:`EXIT_FAILED` (1) -- the command ran but the outcome is a failure
   (a resume that failed or timed out, a release check that would lose live state);
-* :data:`EXIT_USAGE` (2) -- bad arguments: nothing was done.
+* :data:`EXIT_USAGE` (2) -- bad arguments: nothing was done;
+* :data:`EXIT_NO_CREDENTIALS` (3) -- the command needs the Kubernetes API and found no credentials
+  (no kubeconfig, no service account): nothing was done. Not a usage error: the same arguments work
+  where credentials exist (``status``, ``resume`` and ``snapshots list`` with ``--url`` need none).
 
 With ``--json`` a command prints exactly one JSON document on stdout, valid
 against its schema ``jupyter_suspend/common/schemas/cli-<schema_name>.json``;
@@ -27,6 +30,7 @@ from traitlets.config import Config
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NO_CREDENTIALS = 3
 
 BASE_FLAGS: dict[str, Any] = {
     "json": ({"CommandApp": {"json_output": True}}, "Print one JSON document (schema: cli-<command>.json)."),
@@ -36,6 +40,10 @@ BASE_FLAGS: dict[str, Any] = {
 
 class UsageError(ValueError):
     """Bad arguments: reported on stderr and exit code 2, nothing done."""
+
+
+class NoCredentials(Exception):
+    """No Kubernetes credentials were found: reported on stderr and exit code 3, nothing done."""
 
 
 class CommandApp(JupyterApp):
@@ -89,6 +97,9 @@ class CommandApp(JupyterApp):
             code = self.run()
         except UsageError as exc:
             self.usage_error(str(exc))
+        except NoCredentials as exc:
+            print(f"jupyter {self.name}: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_NO_CREDENTIALS) from None
         self.exit(code)
 
     def run(self) -> int:
