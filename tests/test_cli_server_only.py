@@ -37,6 +37,7 @@ def server(tmp_path: Path) -> Any:
     server.stop()
 
 
+@pytest.mark.slow
 def test_item7_status_resume_and_snapshots_through_the_server_alone(server: ServerProcess, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

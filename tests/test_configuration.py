@@ -152,6 +152,7 @@ async def test_item2_stop_extension_after_a_failed_load_touches_nothing() -> Non
     await SuspendApp().stop_extension()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [
