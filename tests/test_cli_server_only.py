@@ -85,6 +85,7 @@ def test_item7_status_resume_and_snapshots_through_the_server_alone(server: Serv
     assert "give the server's token" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [("status", "notebook"), ("resume", "notebook"), ("snapshots", "list", "notebook"), ("release", "notebook")],
