@@ -27,7 +27,9 @@ def not_measured_as_null(released: dict[str, Any]) -> dict[str, Any]:
     GPU memory is ``None`` where nothing measured it: without NVML a 0 would claim a GPU held nothing."""
     if gpu_measured(released):
         return released
-    out = {**released, "gpu_memory_bytes": None}
+    out = dict(released)
+    if "gpu_memory_bytes" in out:  # a report without the field says nothing about it: left as it is
+        out["gpu_memory_bytes"] = None
     per_kernel = released.get("per_kernel")
     if isinstance(per_kernel, dict):
         out["per_kernel"] = {
