@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,16 @@ def test_item2_a_real_server_stops_on_sigterm_after_a_bad_start(tmp_path: Path, 
     try:
         code, body = server.request("GET", "jupyter-suspend/api/status")
         assert (code, body["reason"]) == (503, MISCONFIGURED)
+        # The CLI asking this server alone says so, with the next step (no Kubernetes involved).
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        done = subprocess.run(
+            [sys.executable, "-m", "jupyter_suspend.cli.app", "status", "nb", f"--url={server.url}",
+             f"--token={server.token}"],
+            capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path)},
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert "answered 503: jupyter-suspend is misconfigured" in done.stdout
+        assert "fix the settings listed by the server" in done.stdout
         server.process.send_signal(signal.SIGTERM)
         started = time.monotonic()
         returncode = server.process.wait(30)
