@@ -45,6 +45,28 @@ by its own flags and environment variables: `jupyter-suspend-sidecar --help`.
 
 This page is generated from the code by `python scripts/configuration-docs.py`; `tests/test_docs.py` fails when
 it is out of date.
+
+## A wrong setting
+
+Every setting below (of `SuspendApp`, `IdlePolicy` and the configured backend) is checked when the server starts:
+a value of the wrong type, a negative number (seconds, bytes, factors), 0 for a timer interval or a size limit, a
+percentage above 100, an unknown or malformed `IdlePolicy.workload_classes` entry, a `default_workload_class` that
+is not a class, or a backend that cannot be loaded. With any problem **the server keeps running without
+jupyter-suspend doing anything but saying so** (the extension is *misconfigured*; jupyter_server itself and your
+notebooks are untouched):
+
+- each problem is logged at ERROR (`jupyter-suspend: misconfigured: IdlePolicy.workload_classes: … allowed: …`),
+  then one line saying that suspend, resume and the idle policy are off;
+- every call under `{base_url}jupyter-suspend/api/` (after authentication) answers **HTTP 503** with
+  `{"reason": "Misconfigured", "message": "<one sentence>", "problems": [{"setting": "IdlePolicy.workload_classes",
+  "message": "… allowed: …"}]}` (the OpenAPI document lists this 503 on every operation); the JupyterLab status
+  bar shows it;
+- `{base_url}jupyter-suspend/metrics` has `jupyter_suspend_misconfigured{setting="…"} 1` per wrong setting
+  (`setting=""` is 0 when all are right): alert on `jupyter_suspend_misconfigured > 0`;
+- nothing acts on a wrong value: no suspend or resume, no idle policy (the GPU is not released automatically), no
+  journal write, no session guard.
+
+Fix the configuration and restart the server. The server stops on SIGTERM as usual in this state.
 """
 
 

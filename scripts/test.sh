@@ -16,7 +16,20 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# Generated files are checked for drift before anything regenerates them: setup.sh's build rewrites
+# src/_generated/schemas.ts (jlpm build:schema-types), which would hide a stale committed file. Its hash is
+# taken first; if the build changes it, the file as it was (committed, or in this tree) was stale.
+generated=src/_generated/schemas.ts
+generated_before=$(sha256sum "$generated" | cut -d' ' -f1)
 scripts/setup.sh
+if [ "$(sha256sum "$generated" | cut -d' ' -f1)" != "$generated_before" ]; then
+  step "generated files: DRIFT"
+  echo "$generated was stale: the build regenerated it from jupyter_suspend/common/schemas/." >&2
+  echo "Review and commit the regenerated file (git diff $generated), then run this again." >&2
+  exit 1
+fi
+step "generated files: $generated matches its schemas"
+node scripts/schema-types.mjs --check
 # shellcheck disable=SC1091
 . .venv/bin/activate
 # The torch rows of the checkpoint tests need torch. Only a wheel already on this machine is taken

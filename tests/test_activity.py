@@ -11,6 +11,8 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from jupyter_suspend.server.activity import KernelActivity
 from jupyter_suspend.server.jupyter_environment import own_client
 
@@ -41,6 +43,7 @@ async def jupyter_activity(api: SuspendClient, kernel_id: str) -> tuple[str, str
     return status["last_activity"], kernel["last_activity"]
 
 
+@pytest.mark.slow
 async def test_a_cell_running_quietly_keeps_the_session_active(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("quiet.ipynb")
     kernel_id = session["kernel"]["id"]
@@ -65,6 +68,7 @@ async def test_a_cell_running_quietly_keeps_the_session_active(suspend_api: Susp
     assert after["idle_seconds"] < 2
 
 
+@pytest.mark.slow
 async def test_our_own_polling_moves_no_activity(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("polled.ipynb")
     kernel_id = session["kernel"]["id"]
@@ -84,6 +88,7 @@ async def test_our_own_polling_moves_no_activity(suspend_api: SuspendClient) -> 
     assert last["idle_seconds"] >= first["idle_seconds"] + 1.0
 
 
+@pytest.mark.slow
 async def test_the_preflight_probe_of_a_kernel_is_not_activity(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook("probed.ipynb")
     kernel_id = session["kernel"]["id"]

@@ -149,6 +149,7 @@ async def test_dry_run_reports_preflight_per_kernel(suspend_api: SuspendClient, 
     assert without_helper["kernel"]["id"] in suspend_api.serverapp.kernel_manager
 
 
+@pytest.mark.slow
 async def test_concurrent_operations_get_409(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
@@ -213,6 +214,7 @@ async def test_corrupt_notebook_on_disk_aborts_suspend(suspend_api: SuspendClien
     assert "not valid JSON" in status["operation"]["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suspend_config", [{"flush_kernel_timeout": 1.0}])
 async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
@@ -230,6 +232,7 @@ async def test_busy_kernel_aborts_unless_forced(suspend_api: SuspendClient) -> N
         assert flushed["detail"]["kernels"][0]["status"] == "busy_skipped"
 
 
+@pytest.mark.slow
 async def test_dry_run_asks_a_kernel_reported_busy_before_calling_it_busy(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
@@ -345,6 +348,7 @@ async def test_endpoints_require_authentication(http_server_client: Any, jp_base
         assert info.value.code == 403, endpoint
 
 
+@pytest.mark.slow
 async def test_capacity_wait_then_restore(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     status = await suspend_api.suspend()
@@ -377,6 +381,7 @@ async def test_states_are_spelled_as_documented(suspend_api: SuspendClient) -> N
     assert (await suspend_api.status())["state"] in STATES
 
 
+@pytest.mark.slow
 async def test_active_work_ended_ignores_the_suspend_dialog_probe(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     await suspend_api.run(session["kernel"]["id"], "work = sum(range(10))")

@@ -36,6 +36,7 @@ async def test_platform_resumed_backend_refuses_server_resume(suspend_api: Suspe
     assert "resumed by the platform" in conflict["message"]
 
 
+@pytest.mark.slow
 async def test_busy_kernel_does_not_block_a_live_snapshot(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]

@@ -36,3 +36,21 @@ def test_bad_arguments_exit_2_with_a_message(args: tuple[str, ...], said: str) -
     assert done.returncode == 2
     assert said in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (("resume", "nb"), "--timeout"),
+        (("resume", "nb"), "--poll-interval"),
+        (("snapshots", "prune", "nb"), "--wait-timeout"),
+    ],
+)
+def test_item10_a_value_of_the_wrong_type_is_a_usage_error_not_bad_config(
+    command: tuple[str, ...], option: str
+) -> None:
+    done = run(*command, f"{option}=soon")
+    assert done.returncode == 2, done.stderr
+    assert f"{option}: expected a float, not the str 'soon'" in done.stderr
+    assert "CRITICAL" not in done.stderr
+    assert "Bad config" not in done.stderr

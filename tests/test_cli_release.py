@@ -146,6 +146,7 @@ def release_json(*args: str, kubeconfig: str) -> tuple[int, dict[str, Any], str]
 # --- (1) released: a stopped pod, a replacement ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_completed_pod_with_a_ready_snapshot_is_released_and_a_resume_is_not(
     kube_api: KubeAPI, kubeconfig: str
 ) -> None:
@@ -187,6 +188,7 @@ def test_a_completed_pod_with_a_ready_snapshot_is_released_and_a_resume_is_not(
     assert scale_patches(kube_api) == ["nb"]
 
 
+@pytest.mark.slow
 def test_the_controllers_replacement_is_released_and_deleted(kube_api: KubeAPI, kubeconfig: str) -> None:
     StatefulSetController(kube_api).attach()  # replaces a stopped pod at once, as the real controller does
     gke = GKESnapshotController(kube_api).attach()
@@ -422,6 +424,7 @@ def test_the_scale_carries_the_resource_version_read_as_its_precondition() -> No
 # --- (5) --watch --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_watch_releases_two_environments_ignores_an_unlabelled_one_and_ends_on_sigterm(
     kube_api: KubeAPI, kubeconfig: str
 ) -> None:
@@ -545,6 +548,7 @@ def releaser_role_triples() -> set[tuple[str, str, str]]:
     return granted(bound_role(documents, "jupyter-suspend-releaser"))
 
 
+@pytest.mark.slow
 def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI, kubeconfig: str) -> None:
     completed_with_ready_snapshot(kube_api)
     kube_api.create(notebook_set("nb2"))
@@ -595,6 +599,7 @@ def test_an_api_error_is_said_on_stderr_and_exits_1(kube_api: KubeAPI, kubeconfi
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_watch_never_takes_a_resume_for_a_replacement_when_recording_the_release_failed(
     kube_api: KubeAPI, kubeconfig: str
 ) -> None:

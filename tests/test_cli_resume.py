@@ -221,6 +221,7 @@ def follow_in_thread(kubeconfig: str, request: Request) -> tuple[threading.Threa
     return thread, outcome, progress
 
 
+@pytest.mark.slow
 def test_capacity_unavailable_for_a_while_then_scheduled(kube_api: KubeAPI, kubeconfig: str) -> None:
     workloads = StatefulSetController(kube_api, capacity=0, scheduling_events=True, scale_up="triggered").attach()
     kube_api.create(statefulset("nb"))
@@ -262,6 +263,7 @@ def _now() -> datetime:
     return utcnow()
 
 
+@pytest.mark.slow
 def test_status_shows_waiting_for_capacity_with_a_growing_duration(kube_api: KubeAPI, kubeconfig: str) -> None:
     StatefulSetController(kube_api, capacity=0, scheduling_events=True, scale_up="not_triggered").attach()
     kube_api.create(statefulset("nb", replicas=1))
@@ -279,6 +281,7 @@ def test_status_shows_waiting_for_capacity_with_a_growing_duration(kube_api: Kub
     assert "NotTriggerScaleUp" in later.stdout
 
 
+@pytest.mark.slow
 def test_capacity_never_ends_timed_out_within_the_deadline_with_fallback(kube_api: KubeAPI, kubeconfig: str) -> None:
     """The real ``jupyter suspend`` executable, as a subprocess."""
     StatefulSetController(kube_api, capacity=0, scheduling_events=True).attach()
@@ -313,6 +316,7 @@ def pod_count(kube: KubeAPI, environment: str) -> int:
 # --- many users at once -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fifty_environments_resumed_together_against_capacity_ten(kube_api: KubeAPI, kubeconfig: str) -> None:
     workloads = StatefulSetController(kube_api, capacity=10, start_seconds=0.05, scheduling_events=True).attach()
     count_pods(kube_api)
@@ -401,6 +405,7 @@ def test_two_concurrent_resumes_of_one_environment_make_one_restore(kube_api: Ku
         validate_output(answer, "resume")
 
 
+@pytest.mark.slow
 def test_no_join_refuses_naming_who_started_it(kube_api: KubeAPI, kubeconfig: str) -> None:
     StatefulSetController(kube_api, capacity=0).attach()
     kube_api.create(statefulset("nb"))
@@ -445,6 +450,7 @@ def test_an_expired_lease_is_taken_over(kube_api: KubeAPI, kubeconfig: str) -> N
     assert [c.verb for c in kube_api.calls_matching(resource="leases")][:3] == ["create", "get", "update"]
 
 
+@pytest.mark.slow
 def test_the_lease_is_renewed_while_following_and_released_at_the_end(kube_api: KubeAPI, kubeconfig: str) -> None:
     StatefulSetController(kube_api, capacity=0).attach()
     kube_api.create(statefulset("nb"))
@@ -803,6 +809,7 @@ def test_progress_is_one_updating_line_on_a_terminal_and_plain_lines_otherwise()
 # --- ready live/cold from the notebook server's own status -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_url_reads_ready_and_cold_from_the_notebook_servers_own_status(
     kube_api: KubeAPI, kubeconfig: str, tmp_path: Path
 ) -> None:

@@ -176,6 +176,7 @@ def history(cluster: Cluster) -> dict[str, list[str]]:
     return {"nb-a": a, "nb-b": b}
 
 
+@pytest.mark.slow
 def test_list_one_environment_and_the_namespace(cluster: Cluster, history: dict[str, list[str]]) -> None:
     one = cluster.json("list", "nb-a")
     assert one["command"] == "list"
@@ -232,6 +233,7 @@ def test_list_by_owner_kind(cluster: Cluster) -> None:
     assert "no StatefulSet belongs to workspace nope" in missing.stderr
 
 
+@pytest.mark.slow
 def test_delete_removes_the_snapshot_and_its_trigger(cluster: Cluster, history: dict[str, list[str]]) -> None:
     target = history["nb-a"][0]
     stored = cluster.kube.get(GKE, "podsnapshots", NS, target)
@@ -253,6 +255,7 @@ def test_delete_removes_the_snapshot_and_its_trigger(cluster: Cluster, history: 
     assert cluster.everything() != before
 
 
+@pytest.mark.slow
 def test_prune_by_count_with_a_dry_run_that_changes_nothing(cluster: Cluster, history: dict[str, list[str]]) -> None:
     before = cluster.everything()
     cluster.kube.reset_calls()
@@ -271,6 +274,7 @@ def test_prune_by_count_with_a_dry_run_that_changes_nothing(cluster: Cluster, hi
     assert cluster.gke.orphaned_storage == []
 
 
+@pytest.mark.slow
 def test_prune_by_age_uses_the_last_access(cluster: Cluster, history: dict[str, list[str]]) -> None:
     stale_one, fresh_one = history["nb-a"][0], history["nb-a"][1]
     cluster.kube.patch_status(GKE, "podsnapshots", NS, stale_one, {"lastAccessTime": ago(10)})
@@ -338,6 +342,7 @@ def test_prune_never_orphans_storage(cluster: Cluster) -> None:
     assert "recreate the policy" in refused["errors"][0]["message"]
 
 
+@pytest.mark.slow
 def test_an_api_refusal_is_said_and_exits_1(cluster: Cluster, history: dict[str, list[str]]) -> None:
     cluster.kube.fail_next("delete", "podsnapshots", 403, reason="Forbidden", message="no delete for you")
     done = cluster.run("prune", "nb-a", "--keep", "2")

@@ -103,6 +103,7 @@ def test_every_reference_resolves() -> None:
 
 
 # -- the OpenAPI document ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_openapi_document_is_valid() -> None:
     document = openapi.document(handlers(), "/user/someone/")
     validate_openapi(document)  # OpenAPI 3.1, its schemas in the 2020-12 dialect

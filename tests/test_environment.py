@@ -23,6 +23,7 @@ threading.Thread(target=_stream, daemon=True).start()
 """
 
 
+@pytest.mark.slow
 async def test_kernel_ready_wait_ends_although_output_keeps_streaming(suspend_api: SuspendClient) -> None:
     """Issue 8 item 3: the wait once needed 0.2 s of IOPub silence, so streaming output kept it forever."""
     session = await suspend_api.open_notebook()
@@ -34,6 +35,7 @@ async def test_kernel_ready_wait_ends_although_output_keeps_streaming(suspend_ap
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 async def test_kernel_ready_wait_ends_at_its_timeout(suspend_api: SuspendClient) -> None:
     session = await suspend_api.open_notebook()
     kernel_id = session["kernel"]["id"]
@@ -47,6 +49,7 @@ async def test_kernel_ready_wait_ends_at_its_timeout(suspend_api: SuspendClient)
     await km.interrupt_kernel(kernel_id)
 
 
+@pytest.mark.slow
 async def test_a_dry_run_while_a_kernel_has_no_model_yet_answers(
     suspend_api: SuspendClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

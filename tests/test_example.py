@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from .conftest import SuspendClient
 from .test_kernel_api import VERDICT_MIME
@@ -13,6 +14,7 @@ from .test_kernel_api import VERDICT_MIME
 EXAMPLE = Path(__file__).parent.parent / "examples" / "suspend-demo.ipynb"
 
 
+@pytest.mark.slow
 async def test_sample_notebook_survives_a_cold_cycle(
     suspend_api: SuspendClient,
     kernel_server_env: Path,

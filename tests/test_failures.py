@@ -42,6 +42,7 @@ async def open_with_kernel(api: SuspendClient, name: str, kernel_name: str) -> d
     return session
 
 
+@pytest.mark.slow
 async def test_restore_failure_then_retry(suspend_api: SuspendClient, jp_data_dir: Path) -> None:
     spec = install_kernelspec(jp_data_dir, "gpu-env")
     session = await open_with_kernel(suspend_api, "train.ipynb", "gpu-env")
@@ -70,6 +71,7 @@ async def test_restore_failure_then_retry(suspend_api: SuspendClient, jp_data_di
     assert any("resume failed" in note for note in timeline["cycles"][-1]["notes"])
 
 
+@pytest.mark.slow
 async def test_acknowledge_a_failure_and_carry_on(suspend_api: SuspendClient, jp_data_dir: Path) -> None:
     spec = install_kernelspec(jp_data_dir, "old-env")
     await open_with_kernel(suspend_api, "old.ipynb", "old-env")
@@ -93,6 +95,7 @@ def suspend_config() -> dict[str, Any]:
     return {"flush_kernel_timeout": 5.0, "capacity_max_wait": 0.5}
 
 
+@pytest.mark.slow
 async def test_capacity_never_arrives(suspend_api: SuspendClient) -> None:
     await suspend_api.open_notebook()
     await suspend_api.suspend()

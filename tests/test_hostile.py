@@ -134,6 +134,7 @@ def test_request_patterns_refuse_a_trailing_newline_everywhere() -> None:
 # -- item 10: a client's claim never decides the verdict ---------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_forged_observation_never_journals_live(
     suspend_api: SuspendClient, kernel_server_env: Path, state_dir: Path
 ) -> None:
@@ -422,6 +423,7 @@ async def reach(api: SuspendClient, target: str) -> tuple[list[str], list[int]]:
     return [kernel_id], [pid]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["running", "suspended", "failed"])
 async def test_hostile_requests_in_every_state(suspend_api: SuspendClient, state_dir: Path, target: str) -> None:
     kernel_ids, pids = await reach(suspend_api, target)

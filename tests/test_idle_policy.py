@@ -107,6 +107,7 @@ def warned(status: dict[str, Any]) -> bool:
 
 
 # -- real server ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_an_idle_kernel_with_a_browser_connected_is_warned_then_suspended(
     suspend_api: SuspendClient, jp_ws_fetch: Any, state_dir: Path, idle_events: list[tuple[float, dict[str, Any]]]
 ) -> None:
@@ -142,6 +143,7 @@ async def test_an_idle_kernel_with_a_browser_connected_is_warned_then_suspended(
     assert (await suspend_api.status())["idle_warning"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idle_config", [{"default_workload_class": "slow-warning"}], indirect=True)
 async def test_keep_running_cancels_the_warning_and_is_journaled_and_activity_cancels_it_too(
     suspend_api: SuspendClient, state_dir: Path, idle_events: list[tuple[float, dict[str, Any]]]
@@ -182,6 +184,7 @@ async def test_keep_running_cancels_the_warning_and_is_journaled_and_activity_ca
     assert [data.get("by") for _, data in idle_events if data["action"] == "cancelled"] == ["keep_running", "activity"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idle_config", [{"default_cycle_seconds": 3600.0}], indirect=True)
 async def test_the_break_even_guard_refuses_a_suspend_that_would_not_pay(
     suspend_api: SuspendClient, state_dir: Path
@@ -206,6 +209,7 @@ async def test_the_break_even_guard_refuses_a_suspend_that_would_not_pay(
     assert journal(state_dir, "suspend_requested") == []
 
 
+@pytest.mark.slow
 async def test_long_training_never_suspends_a_running_cell_and_suspends_after_it(
     suspend_api: SuspendClient, state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -241,6 +245,7 @@ async def test_long_training_never_suspends_a_running_cell_and_suspends_after_it
     assert requested["wall"] >= cell_ended + 1.0  # the class's idle threshold after the cell ended
 
 
+@pytest.mark.slow
 async def test_the_class_from_a_kernel_specs_metadata(suspend_api: SuspendClient, jp_kernel_dir: Path) -> None:
     spec_dir = jp_kernel_dir / "classed-python"
     spec_dir.mkdir(parents=True)

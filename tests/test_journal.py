@@ -286,6 +286,7 @@ def test_rotation_keeps_the_file_private(tmp_path: Path) -> None:
         os.umask(old_umask)
 
 
+@pytest.mark.slow
 def test_rotation_gets_back_under_the_limit_so_appends_stay_cheap(tmp_path: Path) -> None:
     journal = Journal(tmp_path, max_bytes=8192)
     rewrites = 0
@@ -304,6 +305,7 @@ def test_rotation_gets_back_under_the_limit_so_appends_stay_cheap(tmp_path: Path
     assert journal.read().entries[-1]["index"] == 999
 
 
+@pytest.mark.slow
 def test_rotation_keeps_the_backend_s_pinned_kinds(tmp_path: Path) -> None:
     """What the gke backend's cold-start reading and the last cycle's timeline need survives rotation."""
     from jupyter_suspend.server.app import pinned_kinds
@@ -328,6 +330,7 @@ def test_rotation_keeps_the_backend_s_pinned_kinds(tmp_path: Path) -> None:
     assert "gke_identity" not in kept
 
 
+@pytest.mark.slow
 def test_rotation_keeps_what_replay_needs(tmp_path: Path) -> None:
     from jupyter_suspend.server.replay import PINNED_KINDS
 

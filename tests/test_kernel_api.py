@@ -47,6 +47,7 @@ jupyter_suspend.register("vocab")
 """
 
 
+@pytest.mark.slow
 async def test_checkpoint_magics_save_list_restore(suspend_api: SuspendClient, kernel_server_env: Path) -> None:
     kernel_id = await open_with_extension(suspend_api, "magics.ipynb", SETUP)
     reply = await suspend_api.run(kernel_id, "extra = list(range(5))\n%checkpoint save")
@@ -75,6 +76,7 @@ async def test_checkpoint_magics_save_list_restore(suspend_api: SuspendClient, k
     assert "Traceback" not in reply["stdout"]
 
 
+@pytest.mark.slow
 async def test_flush_records_hashes_and_verify_says_live_then_mismatch(
     suspend_api: SuspendClient, kernel_server_env: Path, state_dir: Path
 ) -> None:
@@ -161,6 +163,7 @@ async def test_cold_resume_restores_names_and_verify_says_cold(
     assert reply["stdout"].strip() == "['vocab', 'weights']"
 
 
+@pytest.mark.slow
 async def test_kernel_without_helper_at_suspend_still_reads_cold(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
@@ -186,6 +189,7 @@ async def test_kernel_without_helper_at_suspend_still_reads_cold(
     assert data["verdict"] == "COLD"
 
 
+@pytest.mark.slow
 async def test_corrupt_checkpoint_is_reported_by_name_on_resume(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
@@ -211,6 +215,7 @@ async def test_corrupt_checkpoint_is_reported_by_name_on_resume(
     assert data["details"]["process"] == "new"
 
 
+@pytest.mark.slow
 async def test_suspend_magic_returns_at_once_and_kernel_checkpoints_after_the_cell(
     suspend_api: SuspendClient, kernel_server_env: Path, state_dir: Path
 ) -> None:
@@ -245,6 +250,7 @@ async def test_suspend_magic_returns_at_once_and_kernel_checkpoints_after_the_ce
     assert "{'a': 1, 'b': 2}" in reply["stdout"]
 
 
+@pytest.mark.slow
 async def test_no_server_reachable_is_said_clearly(suspend_api: SuspendClient, kernel_server_env: Path) -> None:
     kernel_id = await open_with_extension(suspend_api, "alone.ipynb")
     reply = await suspend_api.run(
@@ -294,6 +300,7 @@ async def test_verify_bad_input_gets_400(suspend_api: SuspendClient, state_dir: 
     assert journal(state_dir) == before
 
 
+@pytest.mark.slow
 async def test_verify_unknown_kernel_and_busy_kernel(suspend_api: SuspendClient, kernel_server_env: Path) -> None:
     missing = await suspend_api.json("POST", "verify", {"kernel_id": "no-such-kernel"}, expect=404)
     assert "no suspend or checkpoint recorded for kernel no-such-kernel" in missing["message"]
@@ -307,6 +314,7 @@ async def test_verify_unknown_kernel_and_busy_kernel(suspend_api: SuspendClient,
         assert "is busy: run %verify_live_state in it" in busy["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suspend_config", [{"flush_kernel_timeout": 1.0}])
 async def test_checkpoint_request_arriving_after_its_deadline_is_a_noop(
     suspend_api: SuspendClient, kernel_server_env: Path
@@ -372,6 +380,7 @@ async def test_torch_model_survives_a_cold_resume(suspend_api: SuspendClient, ke
     assert data["details"]["names"]["model"]["status"] == "match", data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("suspend_config", "restore"),
     [
@@ -426,6 +435,7 @@ async def test_unload_unregisters_handlers_and_reload_keeps_the_canary(
     assert reloaded["kernels"][0]["registered"] == ["vocab", "weights"]
 
 
+@pytest.mark.slow
 async def test_a_checkpoint_saved_in_the_kernel_leaves_the_live_state_record(
     suspend_api: SuspendClient, kernel_server_env: Path, state_dir: Path
 ) -> None:
@@ -451,6 +461,7 @@ async def test_a_checkpoint_saved_in_the_kernel_leaves_the_live_state_record(
     assert b"not this kernel's process" in answer.body
 
 
+@pytest.mark.slow
 async def test_a_checkpoint_saved_without_a_server_says_what_is_missing(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:

@@ -160,6 +160,7 @@ print("finished", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_writer_killed_mid_write_leaves_the_previous_checkpoint_intact(tmp_path: Path) -> None:
     folder = tmp_path / "nb"
     store = CheckpointStore(folder)

@@ -667,6 +667,7 @@ def test_controllers_see_committed_changes_and_can_schedule(kube: KubeAPI, core:
     assert kube.calls == [Call("create", "", "v1", "configmaps", None, NS, None)]
 
 
+@pytest.mark.slow
 def test_get_stays_fast_over_a_thousand_requests(kube: KubeAPI, core: client.CoreV1Api) -> None:
     kube.create(pod("p"))
     durations = []

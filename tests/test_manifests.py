@@ -783,6 +783,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_real_server_loads_the_configmap_and_runs_a_kernel_over_ipc(
     rendered: dict[str, list[Doc]], tmp_path: Path
 ) -> None:

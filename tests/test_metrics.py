@@ -89,6 +89,7 @@ async def test_metrics_after_a_real_suspend_and_resume(suspend_api: SuspendClien
     )
 
 
+@pytest.mark.slow
 async def test_an_automatic_suspend_is_counted_with_a_bounded_reason(suspend_api: SuspendClient, jp_fetch: Any) -> None:
     await suspend_api.open_notebook()
     lifecycle = suspend_api.serverapp.web_app.settings["jupyter_suspend_lifecycle"]

@@ -158,11 +158,12 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         # (a) resumed from outside (as a returning user would), then verified: local keeps no memory.
         server.api("POST", "resume", {}, expect=202)
         server.wait(lambda s: s["state"] == "ready")
-        done = run_here(
-            capsys, "verify", "--json", f"--url={server.url}", f"--record={first_record}", token=server.token
+        done = run_here(  # --keep: the canary stays, for the checks below that prepare refuses its notebook
+            capsys, "verify", "--json", "--keep", f"--url={server.url}", f"--record={first_record}", token=server.token
         )
         assert done.returncode == 0, done.stdout + done.stderr
         verified = as_json(done)
+        assert "cleanup" not in verified
         assert verified["restore"] == "COLD"
         assert verified["canary"]["recorded_hash"] == record["canary"]["hash"]
         assert verified["canary"]["observed_hash"] != record["canary"]["hash"]
@@ -267,6 +268,49 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         ]
         assert table["verdict"].split()[1] == "PASS"
         assert server.api("GET", "status")["state"] == "ready"
+        # Item 6: verify cleaned up after itself and said what it removed; the first canary (kept) is untouched.
+        removed = next(line for line in lines if line.lstrip().startswith("removed"))
+        for said in (
+            "checkpoints ",
+            "kernel ",
+            "file release-check/canary-data.txt",
+            "file release-check/second.ipynb",
+        ):
+            assert said in removed, (said, removed)
+        assert "NOT removed" in done.stdout
+        assert "folder release-check: it holds other files (canary.ipynb" in done.stdout
+        assert not (server.root_dir / "release-check" / "second.ipynb").exists()
+        assert (server.root_dir / "release-check" / "canary.ipynb").exists()
+        code, sessions = server.request("GET", "api/sessions")
+        assert [s["path"] for s in sessions] == []
+        checkpoints = state / "checkpoints"
+        assert not any("second" in p.name for p in checkpoints.iterdir()), list(checkpoints.iterdir())
+    finally:
+        server.stop()
+
+
+def test_item6_verify_removes_its_canary_and_says_what_it_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    server = ServerProcess(tmp_path, state).start()
+    record = tmp_path / "record.json"
+    try:
+        done = run_here(capsys, "prepare", f"--url={server.url}", f"--record={record}", token=server.token)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert any((state / "checkpoints").iterdir())  # the flush wrote the canary's application checkpoint
+        done = run_here(capsys, "verify", "--json", f"--url={server.url}", f"--record={record}", token=server.token)
+        assert done.returncode == 0, done.stdout + done.stderr
+        cleanup = as_json(done)["cleanup"]
+        assert cleanup["not_removed"] == []
+        kinds = sorted(item.split()[0] for item in cleanup["removed"])
+        assert kinds == ["checkpoints", "file", "file", "folder", "kernel"], cleanup
+        assert row(as_json(done), "removed")[1] == "5"
+        # Nothing of the check is left: no kernel, no folder, no checkpoints.
+        assert server.request("GET", "api/sessions")[1] == []
+        assert not (server.root_dir / "release-check").exists()
+        assert list((state / "checkpoints").iterdir()) == []
+        assert server.api("GET", "status")["state"] == "ready"
     finally:
         server.stop()
 
@@ -302,8 +346,8 @@ def test_live_platform_is_live_then_a_kernel_restarted_by_hand_is_a_mismatch(
         assert prepared["suspend"]["outcome"] == "ready"
         assert prepared["suspend"]["restore"] == "live"
 
-        done = run_here(
-            capsys, "verify", "--json", f"--url={server.url}", f"--record={record_path}", token=server.token
+        done = run_here(  # --keep: verified again below, after a restart by hand
+            capsys, "verify", "--json", "--keep", f"--url={server.url}", f"--record={record_path}", token=server.token
         )
         assert done.returncode == 0, done.stdout + done.stderr
         live = as_json(done)
@@ -369,6 +413,8 @@ def test_a_server_frozen_in_its_pods_snapshot_ends_prepare_as_frozen(
         stuck = as_json(done)
         assert "not done within 2 s (state snapshotting)" in stuck["reason"]
         assert stuck["restore"] is None
+        assert stuck["cleanup"]["removed"] == []
+        assert "kept because the check did not finish" in stuck["cleanup"]["not_removed"][0]
     finally:
         if prepare.poll() is None:
             prepare.kill()

@@ -192,6 +192,7 @@ def test_text_table_has_a_row_per_cycle_and_the_totals() -> None:
     assert "p50 60.0 s, p95 546.0 s" in done.stdout
 
 
+@pytest.mark.slow
 def test_html_page_has_the_charts(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     done = run(str(JOURNALS), f"--html={page}")
@@ -240,6 +241,7 @@ def test_bad_arguments_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) 
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 async def test_the_journal_of_a_real_suspend_and_resume(suspend_api: SuspendClient, state_dir: Path) -> None:
     session = await suspend_api.open_notebook("model.ipynb")
     await suspend_api.run(session["kernel"]["id"], checkpoint_handler_code())

@@ -67,6 +67,7 @@ async def assert_one_restored_session(suspend_api: SuspendClient, recorded: dict
     assert reply["stdout"].strip() == "42", reply
 
 
+@pytest.mark.slow
 async def test_a_recorded_notebook_gets_no_kernel_while_suspended(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
@@ -93,6 +94,7 @@ async def test_a_recorded_notebook_gets_no_kernel_while_suspended(
     assert sorted(s["path"] for s in await suspend_api.sessions()) == ["work/model.ipynb", "work/other.ipynb"]
 
 
+@pytest.mark.slow
 async def test_jupyterlab_start_then_rename_is_refused_at_the_rename(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
@@ -118,6 +120,7 @@ async def test_jupyterlab_start_then_rename_is_refused_at_the_rename(
     await assert_one_restored_session(suspend_api, recorded)
 
 
+@pytest.mark.slow
 async def test_a_session_behind_the_guards_back_is_ended_by_the_resume(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:

@@ -93,6 +93,7 @@ def follow_until_done(client: SidecarClient, trigger: str, timeout: float = 20.0
 # --- start, happy path, create mode -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_snapshot_of_own_pod_in_create_mode(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
@@ -197,6 +198,7 @@ def test_snapshot_of_own_pod_in_create_mode(
 # --- require mode -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_require_mode_reads_the_installed_policy_only(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
@@ -252,6 +254,7 @@ def test_require_mode_reads_the_installed_policy_only(
 # --- failures --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_failures_are_reported(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
@@ -326,6 +329,7 @@ def test_failures_are_reported(
 # --- refusals: no Kubernetes API call at all ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_refused_requests_make_no_api_call(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
@@ -449,6 +453,7 @@ def role_triples() -> set[tuple[str, str, str]]:
     return granted(bound_role(documents, "jupyter-suspend-sidecar"), resource_names_for=["pods"])
 
 
+@pytest.mark.slow
 def test_role_grants_exactly_the_calls_the_sidecar_makes(
     kube_api: KubeAPI, gke: GKESnapshotController, tmp_path: Path, sidecars: list[Sidecar]
 ) -> None:
@@ -552,6 +557,7 @@ def test_configuration_is_checked_before_anything_starts(tmp_path: Path) -> None
         assert f"env {variable}" in help_text
 
 
+@pytest.mark.slow
 def test_loopback_listener_instead_of_the_socket(kube_api: KubeAPI, tmp_path: Path, sidecars: list[Sidecar]) -> None:
     make_pod(kube_api)
     sidecar = Sidecar(kube_api, tmp_path / "tcp", REQUIRE_ARGS, tcp=("127.0.0.1", free_port()))

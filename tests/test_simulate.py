@@ -40,6 +40,7 @@ def run_json(*args: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_the_worked_example_is_reproduced_exactly() -> None:
     data = run_json()
     assert data["worked_example"] == {"week_hours": 168.0, "active_hours": 40.0, "released_upper_bound_hours": 128.0}
@@ -89,6 +90,7 @@ def test_a_zero_threshold_and_free_suspends_reach_the_upper_bound() -> None:
     assert row.released_hours == pytest.approx(11400 / 3600)
 
 
+@pytest.mark.slow
 def test_synthetic_week_is_reproducible_and_shaped_as_expected() -> None:
     args = ("--synthetic", "--seed=7", "--thresholds=1s,5m,15m,30m,1h,2h", "--suspend-seconds=0", "--resume-seconds=90")
     first, again = run_json(*args), run_json(*args)
@@ -124,6 +126,7 @@ def test_activity_read_from_a_journal() -> None:
     assert activity == [(t0, t0 + 400), (t0 + 8293, t0 + 10800)]
 
 
+@pytest.mark.slow
 def test_sweep_over_journals_uses_measured_times_per_class() -> None:
     data = run_json(str(JOURNALS), "--thresholds=5m,1h")
     assert data["source"] == "journals"

@@ -21,6 +21,7 @@ def suspend_config() -> dict[str, Any]:
     return {"backend": "tests.backends:SnapshotLikeBackend", "flush_kernel_timeout": 10.0}
 
 
+@pytest.mark.slow
 async def test_status_stops_claiming_live_once_a_restored_kernel_is_restarted_or_gone(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:

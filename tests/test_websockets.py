@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado.websocket import WebSocketClientConnection
 
@@ -77,6 +78,7 @@ async def closed_within(ws: WebSocketClientConnection, timeout: float) -> bool:
         return False
 
 
+@pytest.mark.slow
 async def test_suspend_closes_kernel_websockets_and_resume_serves_new_ones(
     suspend_api: SuspendClient, jp_ws_fetch: Any
 ) -> None:
@@ -102,6 +104,7 @@ async def test_suspend_closes_kernel_websockets_and_resume_serves_new_ones(
         again.close()
 
 
+@pytest.mark.slow
 async def test_a_browser_slow_to_close_gets_fresh_channels_with_its_session_id(
     suspend_api: SuspendClient, jp_ws_fetch: Any
 ) -> None:

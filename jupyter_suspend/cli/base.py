@@ -5,7 +5,10 @@ Exit codes are the same for every command:
 * :data:`EXIT_OK` (0) -- done, and the outcome is the one asked for;
 * :data:`EXIT_FAILED` (1) -- the command ran but the outcome is a failure
   (a resume that failed or timed out, a release check that would lose live state);
-* :data:`EXIT_USAGE` (2) -- bad arguments: nothing was done.
+* :data:`EXIT_USAGE` (2) -- bad arguments: nothing was done;
+* :data:`EXIT_NO_CREDENTIALS` (3) -- the command needs the Kubernetes API and found no credentials
+  (no kubeconfig, no service account): nothing was done. Not a usage error: the same arguments work
+  where credentials exist (``status``, ``resume`` and ``snapshots list`` with ``--url`` need none).
 
 With ``--json`` a command prints exactly one JSON document on stdout, valid
 against its schema ``jupyter_suspend/common/schemas/cli-<schema_name>.json``;
@@ -15,16 +18,19 @@ progress and errors go to stderr.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 from jupyter_core.application import JupyterApp
-from traitlets import Bool, Unicode
+from traitlets import Bool, TraitError, Unicode
+from traitlets.config import Config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NO_CREDENTIALS = 3
 
 BASE_FLAGS: dict[str, Any] = {
     "json": ({"CommandApp": {"json_output": True}}, "Print one JSON document (schema: cli-<command>.json)."),
@@ -34,6 +40,10 @@ BASE_FLAGS: dict[str, Any] = {
 
 class UsageError(ValueError):
     """Bad arguments: reported on stderr and exit code 2, nothing done."""
+
+
+class NoCredentials(Exception):
+    """No Kubernetes credentials were found: reported on stderr and exit code 3, nothing done."""
 
 
 class CommandApp(JupyterApp):
@@ -59,6 +69,15 @@ class CommandApp(JupyterApp):
         finally:
             self._initializing = False
 
+    def _load_config(self, cfg: Config, section_names: list[str] | None = None, traits: Any = None) -> None:
+        # A value of the wrong type is a usage error said as one (exit 2, the option named), not
+        # traitlets' "CRITICAL | Bad config encountered during initialization".
+        try:
+            super()._load_config(cfg, section_names, traits)
+        except TraitError as exc:
+            match = re.search(r"The '(\w+)' trait of an? \w+ instance (.*)", str(exc))
+            self.usage_error(f"--{match.group(1).replace('_', '-')}: {match.group(2)}" if match else str(exc))
+
     def exit(self, exit_status: int | str | None = 0) -> None:
         # traitlets reports unknown flags and bad trait values with exit status 1; for us that is a usage error.
         if self._initializing and exit_status == 1:
@@ -78,6 +97,9 @@ class CommandApp(JupyterApp):
             code = self.run()
         except UsageError as exc:
             self.usage_error(str(exc))
+        except NoCredentials as exc:
+            print(f"jupyter {self.name}: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_NO_CREDENTIALS) from None
         self.exit(code)
 
     def run(self) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from traitlets import Unicode
 
-from .base import BASE_FLAGS, CommandApp, UsageError
+from .base import BASE_FLAGS, CommandApp, NoCredentials, UsageError
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -63,6 +63,10 @@ class KubeCommandApp(CommandApp):
             )
         return self._api
 
+    def server_only(self, url: str) -> bool:
+        """Ask the notebook server at ``url`` alone: a URL was given and no Kubernetes credentials exist."""
+        return bool(url) and not credentials_available(self.kubeconfig, self.token_file)
+
     def target_namespace(self) -> str:
         if self.namespace:
             return self.namespace
@@ -107,6 +111,19 @@ def connect(
         except OSError:
             namespace = "default"
         return client.ApiClient(configuration), namespace
-    raise UsageError(
-        "no Kubernetes credentials: give --kubeconfig, set $KUBECONFIG, or run in a pod with a service account"
-    )
+    raise NoCredentials(NO_CREDENTIALS)
+
+
+NO_CREDENTIALS = (
+    "no Kubernetes credentials: give --kubeconfig, set $KUBECONFIG, or run in a pod with a service account "
+    "(status, resume and snapshots list can ask the notebook server alone: --url)"
+)
+
+
+def credentials_available(kubeconfig: str, token_file: str) -> bool:
+    """Whether :func:`connect` would find credentials (a kubeconfig named explicitly counts, even a missing one:
+    that is the caller's error to hear about)."""
+    if kubeconfig:
+        return True
+    path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+    return Path(path).is_file() or (Path(token_file).is_file() and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from traitlets import Float, Unicode
+from traitlets import Bool, Float, Unicode
 
 from jupyter_suspend.server.live_state import compare, record_from_flush
 
@@ -42,6 +42,7 @@ from .jupyter_client import (
     KernelExecutionError,
     ServerError,
     ServerUnreachable,
+    _quote_path,
     normalize_url,
 )
 from .kube import KUBE_ALIASES, KubeCommandApp
@@ -79,6 +80,19 @@ _ENVIRONMENT = (
 _DATA_HASH = f"__import__('hashlib').sha256(open('{DATA_FILE}', 'rb').read()).hexdigest()"
 PREPARE_EXPRESSIONS = {"identity": _IDENTITY, "environment": _ENVIRONMENT, "data_sha256": _DATA_HASH}
 VERIFY_CELL = "# jupyter suspend release-check: a runnable cell\n1 + 1"
+#: Run in the canary kernel at the end of verify: its application checkpoints go (the folder is the canary
+#: notebook's own, derived from its path by the kernel helper; nothing of a user's is in it).
+CLEANUP_CELL = """\
+import shutil as _shutil
+from jupyter_suspend.kernel.helper import current as _current
+_release_check_folder = str(_current().folder()) if _current() is not None else ""
+if _release_check_folder:
+    _shutil.rmtree(_release_check_folder, ignore_errors=True)
+"""
+CLEANUP_EXPRESSIONS = {
+    "folder": "_release_check_folder",
+    "gone": "not __import__('os').path.exists(_release_check_folder)",
+}
 VERIFY_EXPRESSIONS = {"identity": _IDENTITY, "environment": _ENVIRONMENT}
 
 #: Set per process or per kernel start, not by a configuration: never reported as a change.
@@ -465,9 +479,15 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
         "resume": "ReleaseCheckVerifyApp.resume_workload",
         "kind": "ReleaseCheckVerifyApp.kind",
     }
+    keep = Bool(False, help="Keep the canary (kernel, notebook, files, checkpoints) for inspection.").tag(config=True)
+    flags = {
+        **BASE_FLAGS,
+        "keep": ({"ReleaseCheckVerifyApp": {"keep": True}}, "Keep the canary for inspection (default: removed)."),
+    }
+    _client: JupyterServerClient | None = None
 
     def run(self) -> int:
-        client = self.client()
+        client = self._client = self.client()
         record = load_record(Path(self.record))
         outside = self._outside_request()
         result: dict[str, Any] = {
@@ -701,9 +721,72 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
         )
         result.setdefault("resume", None)
         result.setdefault("server", None)
+        if not self.keep and self._client is not None:
+            if failure is None and (result.get("server") or {}).get("state") in ("ready", "running"):
+                result["cleanup"] = self._cleanup(self._client, record, result.get("kernel_id"))
+            else:  # no verdict yet: the canary stays for the next verify
+                result["cleanup"] = {
+                    "removed": [],
+                    "not_removed": [
+                        f"the canary ({record['notebook']}, its kernel and files): kept because the check did not "
+                        "finish; run verify again (it removes them), or delete them by hand"
+                    ],
+                }
         result["table"] = self._table(record, result)
         self.emit(result, self._text(result))
         return EXIT_OK if passes else EXIT_FAILED
+
+    def _cleanup(self, client: JupyterServerClient, record: dict[str, Any], kernel_id: Any) -> dict[str, list[str]]:
+        """Leave nothing of the check in the user's environment: the canary's checkpoints (through its kernel),
+        the kernel (its session), the file it wrote, the notebook, and the folder when it is left empty.
+        Each step is tried on its own; what could not be removed is said, with why."""
+        removed: list[str] = []
+        not_removed: list[str] = []
+        notebook = record["notebook"]
+        try:
+            session = client.session_for(notebook)
+        except (ServerError, ServerUnreachable) as exc:
+            session = None
+            not_removed.append(f"the canary kernel, if any: the sessions could not be listed ({exc})")
+        if session is not None:
+            kid = session["kernel"]["id"]
+            try:
+                ran = client.execute(kid, CLEANUP_CELL, CLEANUP_EXPRESSIONS, timeout=self.cell_timeout)
+                folder = ran.expressions.get("folder")
+                if ran.status == "ok" and folder and ran.expressions.get("gone") is True:
+                    removed.append(f"checkpoints {folder}")
+                elif ran.status == "ok" and not folder:
+                    pass  # the helper is not loaded in it: it wrote no checkpoints
+                else:
+                    not_removed.append(f"checkpoints {folder or '(unknown folder)'}: {ran.error or 'still there'}")
+            except (KernelExecutionError, ServerError, ServerUnreachable) as exc:
+                not_removed.append(f"the canary's checkpoints: its kernel could not run the cleanup ({exc})")
+            code, answer = client.request("DELETE", f"api/sessions/{session['id']}")
+            if code == 204:
+                removed.append(f"kernel {kid} (session of {notebook})")
+            else:
+                not_removed.append(f"kernel {kid}: HTTP {code} {(answer or {}).get('message', '')}".rstrip())
+        elif kernel_id is None and not not_removed:
+            not_removed.append("the canary's checkpoints: no canary kernel runs to remove them")
+        for path in [f["path"] for f in record.get("files", [])] + [notebook]:
+            code, answer = client.request("DELETE", f"api/contents/{_quote_path(path)}")
+            if code == 204:
+                removed.append(f"file {path}")
+            elif code != 404:
+                not_removed.append(f"file {path}: HTTP {code} {(answer or {}).get('message', '')}".rstrip())
+        folder = posixpath.dirname(notebook)
+        if folder:
+            code, listing = client.request("GET", f"api/contents/{_quote_path(folder)}?content=1")
+            left = listing.get("content") if code == 200 and isinstance(listing, dict) else None
+            if left == []:
+                code, answer = client.request("DELETE", f"api/contents/{_quote_path(folder)}")
+                if code == 204:
+                    removed.append(f"folder {folder}")
+                else:
+                    not_removed.append(f"folder {folder}: HTTP {code} {(answer or {}).get('message', '')}".rstrip())
+            elif left:
+                not_removed.append(f"folder {folder}: it holds other files ({', '.join(e['name'] for e in left)})")
+        return {"removed": removed, "not_removed": not_removed}
 
     @staticmethod
     def _table(record: dict[str, Any], result: dict[str, Any]) -> list[list[str]]:
@@ -761,6 +844,11 @@ class ReleaseCheckVerifyApp(ReleaseCheckCommand, KubeCommandApp):
                 ]
             )
         rows.append(["verdict", "PASS" if result["ok"] else "FAIL", result["reason"]])
+        cleanup = result.get("cleanup")
+        if cleanup is not None:
+            rows.append(["removed", str(len(cleanup["removed"])), "; ".join(cleanup["removed"]) or "nothing"])
+            for left in cleanup["not_removed"]:
+                rows.append(["NOT removed", "", left])
         return rows
 
     @staticmethod

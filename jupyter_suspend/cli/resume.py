@@ -50,6 +50,7 @@ from .follow import (
     snapshot_view,
 )
 from .kube import KUBE_ALIASES, KubeCommandApp
+from .server_only import resume_via_server, status_via_server
 from .workloads import JSON, Kube, Workload, valid_name, workload
 
 if TYPE_CHECKING:
@@ -610,7 +611,8 @@ class ProgressDisplay:
 
 
 def text_report(result: JSON) -> str:
-    lines = [f"{result['kind']}/{result['name']} in {result['namespace']}: {result['state']}"]
+    where = f"in {result['namespace']}" if result["namespace"] else "(asked the notebook server alone)"
+    lines = [f"{result['kind']}/{result['name']} {where}: {result['state']}"]
     if result.get("restore"):
         lines[0] += f" ({result['restore']}, per the {result['restore_source']})"
     lines.append(f"  {result['message']}")
@@ -650,7 +652,9 @@ class EnvironmentCommandApp(KubeCommandApp):
         config=True
     )
     url = Unicode(
-        "", help="The notebook server's URL (with its base_url): ready live/cold is read from its own status."
+        "",
+        help="The notebook server's URL (with its base_url): ready live/cold is read from its own status. "
+        "Without Kubernetes credentials (the local backend) the server alone is asked.",
     ).tag(config=True)
     token = Unicode(help="The notebook server's token (default: $JUPYTER_TOKEN).").tag(config=True)
 
@@ -677,6 +681,10 @@ class StatusApp(EnvironmentCommandApp):
 
     def run(self) -> int:
         request = self.request(timeout=30.0)
+        if self.server_only(request.url):
+            result, code = status_via_server(request)
+            self.emit(result, text_report(result))
+            return code
         result, code = environment_status(self.kube(request), request)
         self.emit(result, text_report(result))
         return code
@@ -725,6 +733,12 @@ class ResumeApp(EnvironmentCommandApp):
             poll_interval=self.poll_interval,
             lease_seconds=self.lease_seconds,
         )
+        if self.server_only(request.url):
+            if request.snapshot:
+                raise UsageError("--snapshot needs Kubernetes (a PodSnapshot is pinned on the workload)")
+            result, code = resume_via_server(request)
+            self.emit(result, text_report(result))
+            return code
         display = ProgressDisplay(sys.stderr)
         try:
             result, code = resume_environment(self.kube(request), request, display)

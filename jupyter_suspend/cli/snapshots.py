@@ -18,6 +18,7 @@ one environment per origin pod's StatefulSet.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import urllib3
-from traitlets import Bool, Float, Int, Unicode
+from traitlets import Bool, Float, Int, Unicode, default
 
 from ..common.times import rfc3339_epoch
 from ..common.workloads import (
@@ -40,6 +41,7 @@ from ..common.workloads import (
 from ..server.snapshots import is_object_name
 from .base import BASE_FLAGS, EXIT_FAILED, EXIT_OK, GroupApp, UsageError
 from .kube import KUBE_ALIASES, KubeCommandApp
+from .server_only import snapshots_via_server
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -409,8 +411,26 @@ class ListSnapshotsApp(SnapshotCommand):
     description = "List the pod snapshots of one environment (NAME, --kind) or of the namespace (--all)."
     command = "list"
 
+    url = Unicode(
+        "", help="The notebook server's URL: without Kubernetes credentials its own snapshot list is asked."
+    ).tag(config=True)
+    token = Unicode(help="The notebook server's token (default: $JUPYTER_TOKEN).").tag(config=True)
+    aliases = {**TARGET_ALIASES, "url": "ListSnapshotsApp.url", "token": "ListSnapshotsApp.token"}
+
+    @default("token")
+    def _token_default(self) -> str:
+        return os.environ.get("JUPYTER_TOKEN", "")
+
     def work(self) -> int:
         name, everything = self.target()
+        if self.server_only(self.url):
+            if not self.url.startswith(("http://", "https://")):
+                raise UsageError(f"--url {self.url!r}: an http:// or https:// URL of the notebook server")
+            if everything:
+                raise UsageError("--all needs Kubernetes credentials (the notebook server knows only its own pod)")
+            document, text, code = snapshots_via_server(self.url, self.token, name, self.request_timeout)
+            self.emit(document, text)
+            return code
         kube = self.kube()
         try:
             scope = resolve_scope(kube, self.kind, name, everything)

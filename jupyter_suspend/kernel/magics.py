@@ -340,8 +340,13 @@ def format_status(status: dict[str, Any], timeline: dict[str, Any], kernel_id: s
         lines.append("  durations: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in durations.items()))
     totals = cycle.get("released_totals") or {}
     if totals:
+        # Without NVML the GPUs were not measured: say so, never "0.0000 GPU-hours".
+        measured = totals.get("gpu_measured", True) and totals.get("gpu_hours") is not None
+        released = cycle.get("released") or {}
+        why = f" ({released['gpu_measurement']})" if isinstance(released.get("gpu_measurement"), str) else ""
+        gpu = f"{totals['gpu_hours']:.4f} GPU-hours" if measured else f"GPU-hours not measured{why}"
         lines.append(
-            f"  released: {totals.get('gpu_hours', 0):.4f} GPU-hours, "
+            f"  released: {gpu}, "
             f"{totals.get('kernel_memory_gib_hours', 0):.4f} GiB-hours of kernel memory"
             + (" (still suspended)" if totals.get("ongoing") else "")
         )

@@ -14,7 +14,8 @@ from traitlets import Bool, Dict, Float, Integer, Unicode, default
 
 from .activity import ActivityMonitor
 from .backends.base import Backend
-from .handlers import handlers, metrics_handlers
+from .configuration import CheckedConfigurable, Problem, construction_problem, number_problems, summary
+from .handlers import handlers, metrics_handlers, misconfigured_handlers
 from .idle_policy import ClassResolver, IdlePolicy
 from .journal import Journal, JournalWriteError
 from .jupyter_environment import JupyterServerEnvironment
@@ -53,8 +54,13 @@ def pinned_kinds(backend: Backend) -> frozenset[str]:
     return PINNED_KINDS | frozenset(backend.pinned_kinds)
 
 
-class SuspendApp(ExtensionApp):
-    """Suspend a notebook environment safely and report its restore state."""
+class SuspendApp(CheckedConfigurable, ExtensionApp):
+    """Suspend a notebook environment safely and report its restore state.
+
+    Every setting is checked at start (:mod:`.configuration`); with any problem the extension runs
+    *misconfigured*: it logs each problem at ERROR, its REST API answers every call with 503 and the
+    problems, its metrics say ``jupyter_suspend_misconfigured 1``, and nothing else starts.
+    """
 
     name = "jupyter_suspend"
     # Only a server extension here: JupyterLab serves the frontend.
@@ -103,8 +109,33 @@ class SuspendApp(ExtensionApp):
     def _default_checkpoint_dir(self) -> str:
         return os.path.join(self.state_dir, "checkpoints")
 
+    #: The settings that are wrong; empty when the extension runs.
+    problems: list[Problem] = []
+
+    def configuration_problems(self) -> tuple[list[Problem], Backend | None, IdlePolicy]:
+        """Every wrong setting of the extension, its backend and its idle policy (the backend and
+        the policy are made here from their configuration: a backend that cannot be made is a problem)."""
+        problems = [*self.config_problems, *number_problems(self)]
+        idle_policy = IdlePolicy(parent=self.serverapp)
+        problems += idle_policy.configuration_problems()
+        backend: Backend | None = None
+        try:
+            backend = load_backend_class(self.backend)(parent=self)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, it is the backend setting that fails
+            problem = construction_problem(exc, "SuspendApp.backend")
+            if problem.setting == "SuspendApp.backend":
+                allowed = ", ".join(BACKENDS)
+                problem = Problem(problem.setting, f"{problem.message}; allowed: {allowed} or 'package.module:Class'")
+            problems.append(problem)
+        else:
+            problems += number_problems(backend)
+        return problems, backend, idle_policy
+
     def initialize_settings(self) -> None:
-        backend = load_backend_class(self.backend)(parent=self)
+        problems, backend, self.idle_policy = self.configuration_problems()
+        if problems or backend is None:
+            self._run_misconfigured(problems)
+            return
         journal = Journal(Path(self.state_dir), max_bytes=self.journal_max_bytes, pinned_kinds=pinned_kinds(backend))
         # Counters survive a restart: rebuilt from the journal, then they follow it entry by entry.
         self.metrics = SuspendMetrics(backend.name, last_activity=lambda: self.lifecycle.environment.last_activity())
@@ -164,6 +195,23 @@ class SuspendApp(ExtensionApp):
             self.lifecycle.state.value,
         )
 
+    def _run_misconfigured(self, problems: list[Problem]) -> None:
+        """Loud and safe: every problem at ERROR, the API answering 503 with them, the metric at 1;
+        no lifecycle, no idle policy, no session guard (nothing that could act on a wrong setting)."""
+        self.problems = problems
+        for problem in problems:
+            self.log.error("jupyter-suspend: misconfigured: %s: %s", problem.setting, problem.message)
+        self.log.error("%s Every call under jupyter-suspend/api/ answers 503 with the problems.", summary(problems))
+        self.metrics = SuspendMetrics(self.backend)
+        self.metrics.misconfigured([p.setting for p in problems])
+        self.settings.update(
+            {
+                "jupyter_suspend_problems": problems,
+                "jupyter_suspend_metrics": self.metrics,
+                "jupyter_suspend_max_body_bytes": self.max_body_bytes,
+            }
+        )
+
     def _tell_kernels_the_checkpoint_dir(self) -> None:
         """Every kernel this server starts writes checkpoints where the server reads them.
 
@@ -186,25 +234,31 @@ class SuspendApp(ExtensionApp):
             if event_logger is not None:
                 event_logger.emit(schema_id=IDLE_EVENT_SCHEMA_ID, data=data)
 
-        self.idle_policy = IdlePolicy(parent=self.serverapp)
         monitor = ActivityMonitor(self.serverapp, self.idle_policy.gpu_busy_percent)
         resolver = ClassResolver(self.lifecycle, getattr(self.serverapp, "kernel_spec_manager", None))
         self.idle_policy.setup(self.lifecycle, monitor, resolver, emit_idle)
         self.idle_policy.start()
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(handlers())
+        self.handlers.extend(misconfigured_handlers() if self.problems else handlers())
         self.handlers.extend(metrics_handlers())
 
     async def stop_extension(self) -> None:
+        """Stop what was made, and only that: after a failed or misconfigured start some parts
+        never were, and an exception here would leave the server deaf to SIGTERM."""
         guard = getattr(self, "session_guard", None)
         if guard is not None:
             guard.uninstall()
         policy = getattr(self, "idle_policy", None)
         if policy is not None:
             await policy.stop()  # before the lifecycle: no automatic suspend starts while it stops
-        await self.lifecycle.stop()
-        if os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir:
+        lifecycle = getattr(self, "lifecycle", None)
+        if lifecycle is not None:
+            await lifecycle.stop()
+        if (
+            hasattr(self, "_previous_checkpoint_env")
+            and os.environ.get(KERNEL_CHECKPOINT_DIR_ENV) == self.checkpoint_dir
+        ):
             previous = getattr(self, "_previous_checkpoint_env", None)
             if previous is None:
                 os.environ.pop(KERNEL_CHECKPOINT_DIR_ENV, None)

@@ -19,6 +19,7 @@ from tornado import web
 
 from ..common.api import API_PREFIX
 from . import openapi, snapshots
+from .configuration import MISCONFIGURED, Problem, summary
 from .idle_policy import IdlePolicy, NoWarning
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
@@ -234,6 +235,38 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/activity/keep-running", KeepRunningHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]
+
+
+class MisconfiguredHandler(SuspendAPIHandler):
+    """Every route of the API while a setting is wrong: 503 with the problems (after authentication,
+    like every answer of the API), never the HTML 404 of a server without the extension."""
+
+    def misconfigured(self, **_: Any) -> None:
+        problems: list[Problem] = self.settings["jupyter_suspend_problems"]
+        self.reply(
+            {"reason": MISCONFIGURED, "message": summary(problems), "problems": [p.to_dict() for p in problems]},
+            503,
+        )
+
+    @web.authenticated
+    @authorized
+    def get(self, **kwargs: Any) -> None:
+        self.misconfigured(**kwargs)
+
+    @web.authenticated
+    @authorized
+    def post(self, **kwargs: Any) -> None:
+        self.misconfigured(**kwargs)
+
+    @web.authenticated
+    @authorized
+    def delete(self, **kwargs: Any) -> None:
+        self.misconfigured(**kwargs)
+
+
+def misconfigured_handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
+    """The API's routes, each answered by :class:`MisconfiguredHandler`."""
+    return [(pattern, MisconfiguredHandler) for pattern, _ in handlers()]
 
 
 class MetricsHandler(SuspendAPIHandler):

@@ -32,6 +32,7 @@ from traitlets import Bool, Dict, Float, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from .activity import ActivityMonitor, Reading
+from .configuration import CheckedConfigurable, Problem, number_problems
 from .journal import JournalWriteError, utc_iso
 from .states import Action, IllegalState, State
 
@@ -110,22 +111,32 @@ def parse_classes(configured: dict[str, Any]) -> dict[str, WorkloadClass]:
     merged: dict[str, dict[str, Any]] = {name: dict(spec) for name, spec in DEFAULT_CLASSES.items()}
     for name, spec in configured.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"workload class name {name!r} is not a non-empty string")
+            raise ValueError(f"workload class name {name!r} is not allowed; allowed: a non-empty string")
         if not isinstance(spec, dict):
-            raise ValueError(f"workload class {name!r}: expected a dict of settings, got {type(spec).__name__}")
+            raise ValueError(
+                f"workload class {name!r}: expected a dict of settings, got {type(spec).__name__}; "
+                f"allowed keys: {', '.join(_FIELD_TYPES)}"
+            )
         merged.setdefault(name, {}).update(spec)
     classes = {}
     allowed = {f.name for f in fields(WorkloadClass)} - {"name"}
     for name, spec in merged.items():
         unknown = set(spec) - allowed
         if unknown:
-            raise ValueError(f"workload class {name!r}: unknown settings {sorted(unknown)} (known: {sorted(allowed)})")
+            raise ValueError(
+                f"workload class {name!r}: unknown settings {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}"
+            )
         for key, value in spec.items():
             types = _FIELD_TYPES[key]
             if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-                raise ValueError(f"workload class {name!r}: {key} must be {types[-1].__name__}, got {value!r}")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"workload class {name!r}: {key} must not be negative, got {value!r}")
+                raise ValueError(
+                    f"workload class {name!r}: {key} must be {types[-1].__name__}, got {value!r}; "
+                    f"allowed: {'a number of seconds, 0 or more' if float in types else types[-1].__name__}"
+                )
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:
+                raise ValueError(
+                    f"workload class {name!r}: {key} must not be negative, got {value!r}; allowed: 0 or more"
+                )
         classes[name] = WorkloadClass(name=name, **spec)
     return classes
 
@@ -363,7 +374,7 @@ class NoWarning(Exception):
 EventSink = Callable[[dict[str, Any]], None]
 
 
-class IdlePolicy(LoggingConfigurable):
+class IdlePolicy(CheckedConfigurable, LoggingConfigurable):
     """Automatic suspend of an idle session, per workload class, after a warning."""
 
     enabled = Bool(False, config=True, help="Suspend idle sessions automatically (after a warning).")
@@ -400,6 +411,23 @@ class IdlePolicy(LoggingConfigurable):
         except ValueError as exc:  # the server does not start, and says why
             raise TraitError(str(exc)) from exc
         return value
+
+    def configuration_problems(self) -> list[Problem]:
+        """Every setting of the policy that is wrong (the server runs misconfigured and the policy never runs)."""
+        problems = [*self.config_problems, *number_problems(self)]
+        try:
+            classes = parse_classes(self.workload_classes)
+        except ValueError as exc:  # set after start-up, past the validator
+            problems.append(Problem("IdlePolicy.workload_classes", str(exc)))
+            classes = parse_classes({})
+        if self.default_workload_class not in classes:
+            problems.append(
+                Problem(
+                    "IdlePolicy.default_workload_class",
+                    f"{self.default_workload_class!r} is not a workload class; allowed: {', '.join(sorted(classes))}",
+                )
+            )
+        return problems
 
     def setup(self, lifecycle: Lifecycle, monitor: ActivityMonitor, resolver: ClassResolver, emit: EventSink) -> None:
         self.lifecycle = lifecycle

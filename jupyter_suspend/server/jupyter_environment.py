@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 from jupyter_core.utils import ensure_async
+from traitlets import TraitError
 
 from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
 from ..common.times import epoch
@@ -64,6 +65,16 @@ async def close_kernel_websockets(kernel_id: str, timeout: float = WEBSOCKET_CLO
     if closing:
         await asyncio.wait(closing, timeout=timeout)
     return len(closing)
+
+
+def kernel_attribute(km: Any, name: str, default: Any = None) -> Any:
+    """A kernel manager's attribute, or ``default`` while it has none: jupyter_client lists a starting
+    kernel before jupyter_server sets ``last_activity`` and ``execution_state`` on it, and reading a
+    traitlets ``Instance`` that has no value yet raises TraitError (not AttributeError)."""
+    try:
+        return getattr(km, name, default)
+    except TraitError:
+        return default
 
 
 def own_client(km: Any) -> Any:
@@ -158,8 +169,9 @@ class JupyterServerEnvironment:
                 KernelRecord(
                     kernel_id=kernel_id,
                     kernel_name=km.kernel_name,
-                    execution_state=getattr(km, "execution_state", "unknown"),
-                    last_activity=epoch(getattr(km, "last_activity", None)),
+                    # None until jupyter_server has marked the kernel it just started
+                    execution_state=kernel_attribute(km, "execution_state") or "starting",
+                    last_activity=epoch(kernel_attribute(km, "last_activity", None)),
                     pid=(pid := self.kernel_pid(kernel_id)),
                     process_start=process_start(pid),
                     session_id=session.get("id"),
@@ -232,7 +244,7 @@ class JupyterServerEnvironment:
         for session_id, kernel_id in rows:
             if session_id == record.session_id or kernel_id == record.kernel_id:
                 continue
-            state = getattr(self._kernel_or_none(kernel_id), "execution_state", "unknown")
+            state = kernel_attribute(self._kernel_or_none(kernel_id), "execution_state") or "unknown"
             self.serverapp.log.warning(
                 "jupyter-suspend: resume of %s: shutting down session %s (kernel %s, %s), "
                 "started for it while suspended; the notebook gets its recorded session %s back",
@@ -327,7 +339,7 @@ class JupyterServerEnvironment:
         km = self.kernel_manager.get_kernel(kernel_id)
         # Our request is not the user's activity: culling controllers (Kubeflow's reads /api/kernels) must not
         # see it. The server's IOPub watcher moves last_activity on the request's busy/idle: put it back.
-        activity_before = getattr(km, "last_activity", None)
+        activity_before = kernel_attribute(km, "last_activity", None)
         # ... and the manager's last_kernel_activity, which /api/status reports (the Workspaces activity probe).
         server_activity_before = getattr(self.kernel_manager, "last_kernel_activity", None)
         client = own_client(km)
@@ -339,7 +351,7 @@ class JupyterServerEnvironment:
             reply = await self._await_reply(client, msg_id, time.monotonic() + timeout)
         finally:
             client.stop_channels()
-        state = getattr(km, "execution_state", "unknown")
+        state = kernel_attribute(km, "execution_state") or "unknown"
         if reply is not None and activity_before is not None:
             await self._restore_activity(km, activity_before, server_activity_before)
         return reply, state
@@ -351,16 +363,21 @@ class JupyterServerEnvironment:
         the manager's ``last_kernel_activity`` becomes the newest of its value before and every kernel's."""
         deadline = time.monotonic() + settle
         while time.monotonic() < deadline:
-            if getattr(km, "execution_state", None) == "idle" and getattr(km, "last_activity", None) != before:
+            if (
+                kernel_attribute(km, "execution_state", None) == "idle"
+                and kernel_attribute(km, "last_activity", None) != before
+            ):
                 break
             await asyncio.sleep(0.01)
-        if getattr(km, "execution_state", None) != "idle":
+        if kernel_attribute(km, "execution_state", None) != "idle":
             return  # busy with a user's cell meanwhile: that is activity, leave it
         km.last_activity = before
         manager = self.kernel_manager
         if server_before is not None and hasattr(manager, "last_kernel_activity"):
             kernels = [manager.get_kernel(k) for k in list(manager.list_kernel_ids())]
-            times = [t for t in (getattr(k, "last_activity", None) for k in kernels) if isinstance(t, datetime)]
+            times = [
+                t for t in (kernel_attribute(k, "last_activity", None) for k in kernels) if isinstance(t, datetime)
+            ]
             manager.last_kernel_activity = max([server_before, *times])
 
     async def _alive(self, kernel_id: str) -> str | None:

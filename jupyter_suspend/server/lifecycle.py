@@ -32,6 +32,7 @@ from .flush import KernelFlush, flush, reload_application_checkpoints
 from .journal import Journal, JournalWriteError
 from .live_state import LiveStateRecords, VerifyError, live_lost
 from .replay import EntryKind, read_cold_start, replay, restore_report
+from .resources import not_measured_as_null
 from .states import (
     TRANSITIONS,
     Action,
@@ -488,16 +489,17 @@ class Lifecycle:
             self._fail(operation, *wording.release_failed(caps, str(exc)))
             return
         if isinstance(outcome, Suspended):
+            released = not_measured_as_null(outcome.released.to_dict())
             self._journal(
                 EntryKind.RELEASED,
                 operation_id=operation.id,
                 environment_stopped_at=outcome.environment_stopped_at,
                 node_released_at=outcome.node_released_at,
-                released=outcome.released.to_dict(),
+                released=released,
                 resume_plan=outcome.resume_plan,
             )
             self._resume_plan = outcome.resume_plan
-            step.finish("ok", "environment released", released=outcome.released.to_dict())
+            step.finish("ok", "environment released", released=released)
             self._transition(State.SUSPENDED, operation, wording.suspended(caps, outcome))
             self._finish(operation, Outcome.SUCCEEDED, "suspended")
         else:

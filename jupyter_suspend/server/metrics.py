@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -156,10 +156,25 @@ class SuspendMetrics:
         )
         if last_activity is not None:
             r.register(_IdleCollector(last_activity))
+        self.misconfigured_settings = Gauge(
+            "jupyter_suspend_misconfigured",
+            "1 per setting that is wrong: the extension runs misconfigured (its API answers 503, no suspend, "
+            'no idle policy) until the configuration is fixed and the server restarted; setting="" is 0 '
+            "when every setting is right.",
+            ["setting"],
+            registry=r,
+        )
+        self.misconfigured_settings.labels("").set(0)
         self._pending: dict[str, _Pending] = {}
         self._last_cycle: str | None = None
         # Entries are appended from the event loop and from worker threads.
         self._lock = threading.Lock()
+
+    def misconfigured(self, settings: Iterable[str]) -> None:
+        """The extension runs misconfigured: one series at 1 per wrong setting (for alerting)."""
+        self.misconfigured_settings.remove("")
+        for setting in settings:
+            self.misconfigured_settings.labels(_label(setting, "unknown")).set(1)
 
     # -- the fold ----------------------------------------------------------------------------
     def rebuild(self, entries: Iterable[dict[str, Any]]) -> None:

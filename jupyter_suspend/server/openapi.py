@@ -38,6 +38,12 @@ HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 
 _FORBIDDEN = ("Not authenticated, or not authorized for the jupyter_suspend resource.", "ErrorAnswer")
 _BAD_REQUEST = ("The body is not JSON, too large, or does not match its request schema.", "ErrorAnswer")
+#: Every JSON operation may answer this (handlers.MisconfiguredHandler); an operation's own 503 says both.
+MISCONFIGURED_ANSWER = (
+    "The extension is misconfigured (reason Misconfigured): a setting is wrong, listed in problems with what it "
+    "allows; every call answers this until the configuration is fixed and the server restarted.",
+    "ErrorAnswer",
+)
 _CONFLICT = ("Not allowed in this state, or another operation runs (state and operation say which).", "ErrorAnswer")
 
 #: endpoint -> method -> what it does, its request schema and its answers (status -> (description, component)).
@@ -310,6 +316,15 @@ def _operation(endpoint: str, method: str, spec: dict[str, Any]) -> dict[str, An
     return operation
 
 
+def _with_misconfigured(spec: dict[str, Any]) -> dict[str, Any]:
+    """The operation's answers with the 503 of a misconfigured extension (beside its own 503, if any)."""
+    answers = dict(spec["answers"])
+    own = answers.get("503")
+    description = MISCONFIGURED_ANSWER[0] if own is None else f"{own[0]} Or: {MISCONFIGURED_ANSWER[0]}"
+    answers["503"] = (description, "ErrorAnswer")
+    return {**spec, "answers": answers}
+
+
 def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.1 document of the routes in ``handler_list``, served under ``base_url``."""
     paths: dict[str, Any] = {}
@@ -321,7 +336,9 @@ def document(handler_list: Iterable[tuple[str, Any]], base_url: str = "/") -> di
         described = OPERATIONS.get(endpoint, {})
         if sorted(described) != sorted(methods):
             raise ValueError(f"{endpoint}: handler methods {methods}, described {sorted(described)}")
-        paths[f"/{endpoint}"] = {method: _operation(endpoint, method, described[method]) for method in methods}
+        paths[f"/{endpoint}"] = {
+            method: _operation(endpoint, method, _with_misconfigured(described[method])) for method in methods
+        }
     metrics_prefix, _, metrics_endpoint = METRICS_PATH.rpartition("/")
     if f"/{metrics_endpoint}" in paths:
         raise ValueError(f"an API endpoint is named like the metrics endpoint: /{metrics_endpoint}")

@@ -14,6 +14,30 @@ from typing import Any
 
 import psutil
 
+#: A ResourceReport's ``gpu_measurement`` when NVML really measured the devices (also ``cli.cost.GPU_MEASURED``).
+GPU_MEASURED = "nvml"
+
+
+def gpu_measured(released: dict[str, Any]) -> bool:
+    return released.get("gpu_measurement") == GPU_MEASURED
+
+
+def not_measured_as_null(released: dict[str, Any]) -> dict[str, Any]:
+    """A release report (``ResourceReport.to_dict()``, or one read back from an older journal) whose
+    GPU memory is ``None`` where nothing measured it: without NVML a 0 would claim a GPU held nothing."""
+    if gpu_measured(released):
+        return released
+    out = dict(released)
+    if "gpu_memory_bytes" in out:  # a report without the field says nothing about it: left as it is
+        out["gpu_memory_bytes"] = None
+    per_kernel = released.get("per_kernel")
+    if isinstance(per_kernel, dict):
+        out["per_kernel"] = {
+            kernel_id: {**usage, "gpu_memory_bytes": None} if isinstance(usage, dict) else usage
+            for kernel_id, usage in per_kernel.items()
+        }
+    return out
+
 
 @dataclass
 class ProcessUsage:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .journal import utc_iso
 from .replay import MARKS, Cycle, replay
+from .resources import gpu_measured, not_measured_as_null
 
 
 def _seconds(c: Cycle, start: str, end: str) -> float | None:
@@ -66,12 +67,17 @@ def cycle_to_dict(c: Cycle, now: float) -> dict[str, Any]:
         "resume_to_runnable": _seconds(c, "resume_requested", "first_cell_runnable"),
     }
     released = c.data.get("released") or {}
+    if c.data.get("released"):  # journals written before "not measured" was null said 0
+        out["released"] = not_measured_as_null(released)
+    measured = gpu_measured(released)
     gpus = len(released.get("gpu_devices", []))
     hours = (released_seconds or 0) / 3600
     out["released_totals"] = {
         "kernel_memory_gib_hours": round(released.get("kernel_memory_bytes", 0) / 2**30 * hours, 6),
-        "gpu_memory_gib_hours": round(released.get("gpu_memory_bytes", 0) / 2**30 * hours, 6),
+        "gpu_memory_gib_hours": round((released.get("gpu_memory_bytes") or 0) / 2**30 * hours, 6) if measured else None,
+        # Devices NVML saw x hours; 0 when it saw none, and then gpu_measured says whether it looked at all.
         "gpu_hours": round(gpus * hours, 6),
+        "gpu_measured": measured,
         "ongoing": released_until is None and released_seconds is not None,
     }
     return out

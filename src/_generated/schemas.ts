@@ -29,6 +29,15 @@ export type ActivitySignalName =
   | 'gpu'
   | 'keep_running'
   | 'environment_started';
+export type CliReleaseState =
+  | 'released'
+  | 'already_released'
+  | 'waiting_for_snapshot'
+  | 'waiting_for_pod'
+  | 'running'
+  | 'checkpoint_failed'
+  | 'not_found'
+  | 'timed_out';
 /**
  * The one JSON document a release-check command prints with --json. The record prepare writes (and verify reads) is $defs/record.
  */
@@ -79,6 +88,7 @@ export interface JupyterSuspendApi {
   CheckpointRecordRequest: CheckpointRecordRequest;
   CheckpointRecorded: CheckpointRecorded;
   CheckpointRequest: CheckpointRequest;
+  CliRelease: CliRelease;
   CliReleaseCheck: CliReleaseCheck;
   CliReleaseCheckBackend: CliReleaseCheckBackend;
   CliReleaseCheckBeforeAfter: CliReleaseCheckBeforeAfter;
@@ -89,6 +99,7 @@ export interface JupyterSuspendApi {
   CliReleaseCheckTimestamp: CliReleaseCheckTimestamp;
   CliReleaseCheckVerdict: CliReleaseCheckVerdict;
   CliReleaseCheckVerify: CliReleaseCheckVerify;
+  CliReleaseState: CliReleaseState;
   CliReport: CliReport;
   CliReportCycle: CliReportCycle;
   CliReportHours: CliReportHours;
@@ -106,6 +117,7 @@ export interface JupyterSuspendApi {
   CliStatus: CliStatus;
   CliStatusState: CliStatusState;
   ColdStart: ColdStart;
+  ConfigurationProblem: ConfigurationProblem;
   Cycle: Cycle;
   CycleEvent: CycleEvent;
   ErrorAnswer: ErrorAnswer;
@@ -337,6 +349,51 @@ export interface CheckpointRequest {
   reason?: string;
 }
 /**
+ * jupyter suspend release NAME --json: whether the StatefulSet was scaled to 0 after a suspend (docs/cli.md).
+ */
+export interface CliRelease {
+  command: 'release';
+  kind: 'statefulset';
+  name: string;
+  namespace: string;
+  state: CliReleaseState;
+  /**
+   * What the state means, for a person.
+   */
+  message: string;
+  /**
+   * scaled_to_zero: this run scaled the StatefulSet to 0 (PATCH statefulsets/scale).
+   */
+  action: 'scaled_to_zero' | 'none';
+  /**
+   * The StatefulSet's newest pod the decision looked at, if any.
+   */
+  pod: string | null;
+  /**
+   * The PodSnapshot the decision looked at (the newest one taken from its pods), if any.
+   */
+  snapshot: string | null;
+  /**
+   * spec.replicas after this run; null when the StatefulSet was not found.
+   */
+  replicas: number | null;
+  waited: boolean;
+  elapsed_seconds: number;
+  /**
+   * @minItems 1
+   */
+  history: [
+    {
+      state: CliReleaseState;
+      at_seconds: number;
+    },
+    ...{
+      state: CliReleaseState;
+      at_seconds: number;
+    }[]
+  ];
+}
+/**
  * release-check prepare --json.
  */
 export interface CliReleaseCheckPrepare {
@@ -469,6 +526,19 @@ export interface CliReleaseCheckVerify {
    * The rows of the printed table: check, result, detail.
    */
   table?: [unknown, unknown, unknown][];
+  /**
+   * What verify removed after itself (the canary kernel, its files, its notebook, its checkpoints, the folder prepare made) and what it could not; absent with --keep.
+   */
+  cleanup?: {
+    /**
+     * One line per thing removed (kernel <id>, file <path>, checkpoints <folder>, folder <path>).
+     */
+    removed: string[];
+    /**
+     * What is left, and why.
+     */
+    not_removed: string[];
+  };
 }
 export interface CliReleaseCheckBeforeAfter {
   before: string | null;
@@ -664,9 +734,15 @@ export interface CliReportSummary {
  */
 export interface CliResume {
   command: 'resume';
-  kind: 'statefulset' | 'notebook' | 'workspace';
+  /**
+   * What NAME is: a workload kind, or server when only the notebook server was asked (--url without Kubernetes credentials).
+   */
+  kind: 'statefulset' | 'notebook' | 'workspace' | 'server';
   name: string;
-  namespace: string;
+  /**
+   * null when only the notebook server was asked (kind server).
+   */
+  namespace: string | null;
   state: CliResumeState;
   /**
    * What the state means right now, for a person.
@@ -819,9 +895,12 @@ export interface CliSimulateRow {
  */
 export interface CliSnapshots {
   command: 'list' | 'delete' | 'prune';
+  /**
+   * The namespace; empty when the notebook server alone was asked and its backend has none (local).
+   */
   namespace: string;
   target: {
-    kind: 'statefulset' | 'notebook' | 'workspace' | null;
+    kind: 'statefulset' | 'notebook' | 'workspace' | 'server' | null;
     name: string | null;
     all: boolean;
   };
@@ -858,7 +937,10 @@ export interface CliSnapshotsSnapshot {
   idle_seconds: number | null;
   size_bytes: number | null;
   policy: string | null;
-  policy_exists: boolean;
+  /**
+   * null when only the notebook server was asked (target kind server): it does not know.
+   */
+  policy_exists: boolean | null;
   ready: boolean;
   ready_reason: string | null;
   last_access: string | null;
@@ -896,9 +978,15 @@ export interface CliSnapshotsStale {
  */
 export interface CliStatus {
   command: 'status';
-  kind: 'statefulset' | 'notebook' | 'workspace';
+  /**
+   * What NAME is: a workload kind, or server when only the notebook server was asked (--url without Kubernetes credentials).
+   */
+  kind: 'statefulset' | 'notebook' | 'workspace' | 'server';
   name: string;
-  namespace: string;
+  /**
+   * null when only the notebook server was asked (kind server).
+   */
+  namespace: string | null;
   state: CliStatusState;
   /**
    * What the state means right now, for a person.
@@ -973,6 +1061,16 @@ export interface ColdStart {
   message: string;
   next_step: string;
 }
+export interface ConfigurationProblem {
+  /**
+   * The setting, as Class.trait (IdlePolicy.workload_classes).
+   */
+  setting: string;
+  /**
+   * What is wrong and the values allowed.
+   */
+  message: string;
+}
 /**
  * One suspend and the resume that followed it.
  */
@@ -1020,8 +1118,18 @@ export interface Cycle {
   };
   released_totals: {
     kernel_memory_gib_hours: number;
-    gpu_memory_gib_hours: number;
+    /**
+     * null: GPU memory was not measured (no NVML).
+     */
+    gpu_memory_gib_hours: number | null;
+    /**
+     * GPU devices NVML saw x hours released; with gpu_measured false nothing was measured.
+     */
     gpu_hours: number;
+    /**
+     * NVML measured the GPUs of this release (gpu_measurement nvml); always sent by this version, absent from older recordings.
+     */
+    gpu_measured?: boolean;
     ongoing: boolean;
   };
 }
@@ -1030,7 +1138,10 @@ export interface Cycle {
  */
 export interface Released {
   kernel_memory_bytes: number;
-  gpu_memory_bytes: number;
+  /**
+   * null: not measured (gpu_measurement says why).
+   */
+  gpu_memory_bytes: number | null;
   gpu_devices: string[];
   gpu_measurement: string;
   per_kernel: {
@@ -1080,17 +1191,21 @@ export interface CycleEvent {
   since_suspend_requested: TimelineSeconds;
 }
 /**
- * Every 4xx answer: jupyter_server's JSON error ({message, reason}); a 409 from an operation adds the state and the operation in the way; a verify error adds the kernel id.
+ * Every 4xx and 5xx answer: jupyter_server's JSON error ({message, reason}); a 409 from an operation adds the state and the operation in the way; a verify error adds the kernel id; a 503 with reason Misconfigured lists the wrong settings in problems.
  */
 export interface ErrorAnswer {
   message: string;
   /**
-   * Conflict, Verify, or the HTTP reason.
+   * Conflict, Verify, Misconfigured, or the HTTP reason.
    */
   reason?: string | null;
   state?: State;
   operation?: OperationSummary;
   kernel_id?: string;
+  /**
+   * With reason Misconfigured: every wrong setting (Class.trait) and what it allows.
+   */
+  problems?: ConfigurationProblem[];
   traceback?: string;
 }
 /**
