@@ -32,6 +32,7 @@ from .flush import KernelFlush, flush, reload_application_checkpoints
 from .journal import Journal, JournalWriteError
 from .live_state import LiveStateRecords, VerifyError, live_lost
 from .replay import EntryKind, read_cold_start, replay, restore_report
+from .save_requests import SaveReport, SaveRequests
 from .states import (
     TRANSITIONS,
     Action,
@@ -71,6 +72,26 @@ def last_cycle(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return entries[starts[-1] :] if starts else []
 
 
+def last_suspend_of(cycle: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Who suspended the last cycle (``last_cycle``), why, and when, as the journal recorded it."""
+    if not cycle:
+        return None
+    requested = cycle[0]
+    released = next(
+        (e for e in cycle if e.get("kind") == EntryKind.RELEASED.value and not e.get("partial")),
+        None,
+    )
+    return {
+        "operation_id": requested.get("operation_id"),
+        "origin": requested.get("origin") or "user",
+        "reason": requested.get("reason") or "",
+        "workload_class": requested.get("workload_class"),
+        "requested_at": requested.get("wall"),
+        "active_work_ended": requested.get("active_work_ended"),
+        "suspended_at": released.get("wall") if released else None,
+    }
+
+
 class Lifecycle:
     def __init__(
         self,
@@ -81,12 +102,17 @@ class Lifecycle:
         settings: LifecycleSettings,
         emit: EventSink | None = None,
         log: logging.Logger | None = None,
+        save_requests: SaveRequests | None = None,
     ):
         self.backend = backend
         self.environment = environment
         self.journal = journal
         self.settings = settings
         self._emit = emit or (lambda data: None)
+        #: Asks the connected JupyterLab pages to save before a flush (None: no event bus, nobody to ask).
+        self.save_requests = save_requests
+        #: Who suspended last, why and after how long idle (what a returning user is told).
+        self.last_suspend: dict[str, Any] | None = None
         self.log = log or logging.getLogger("jupyter_suspend")
         self.state = State.RUNNING
         self.since = time.time()
@@ -126,6 +152,7 @@ class Lifecycle:
         for problem in self.journal.startup_problems:
             self.log.warning("jupyter-suspend journal line %s is %s: %r", problem.line, problem.kind, problem.excerpt)
         self._cycle_id, self._flushed_kernels = past.cycle_id, past.flushed_kernels
+        self.last_suspend = last_suspend_of(last_cycle(entries))
         self.last_restore, self.live_state.records = past.last_restore, past.live_state_records
         cold = read_cold_start(past, self.backend)
         if cold is not None:
@@ -345,13 +372,38 @@ class Lifecycle:
         # Probing kernels is kernel activity; remember when the user's own
         # activity ended so the suspend that follows can report it.
         self._activity_before_preflight = (time.time(), self.environment.last_activity())
-        return await preflight_mod.preflight(
-            self.environment,
-            self.backend,
-            state=self.state.value,
-            can_suspend=bool(self.decide(Action.SUSPEND)),
-            timeout=self.settings.flush_kernel_timeout,
+        report, unsaved = await asyncio.gather(
+            preflight_mod.preflight(
+                self.environment,
+                self.backend,
+                state=self.state.value,
+                can_suspend=bool(self.decide(Action.SUSPEND)),
+                timeout=self.settings.flush_kernel_timeout,
+            ),
+            self._ask_to_save(None, "dry run", dry_run=True),
         )
+        if unsaved is not None:
+            report["unsaved_documents"] = unsaved.to_dict()
+        return report
+
+    async def _ask_to_save(self, operation_id: str | None, reason: str, *, dry_run: bool) -> SaveReport | None:
+        if self.save_requests is None:
+            return None
+        return await self.save_requests.collect(operation_id=operation_id, reason=reason, dry_run=dry_run)
+
+    async def _save_documents(self, operation: Operation) -> None:
+        """Every connected JupyterLab page saves its unsaved documents; FlushFailed when one may be lost."""
+        step = operation.step("flush.save")
+        report = await self._ask_to_save(operation.id, operation.reason, dry_run=False)
+        if report is None:
+            step.finish("skipped", "no event bus: no JupyterLab page to ask")
+            return
+        detail = report.to_dict()
+        if report.problems:
+            reason = wording.unsaved_documents(report.problems)
+            step.finish("failed", reason, **detail)
+            raise FlushFailed("flush.save", reason)
+        step.finish("ok", report.summary(), **detail)
 
     async def verify(
         self, kernel_id: str, names: list[str] | None = None, observed: dict[str, Any] | None = None
@@ -458,7 +510,17 @@ class Lifecycle:
             kernels=[k.to_dict() for k in kernels],
             backend=self.backend.describe(),
         )
+        self.last_suspend = {
+            "operation_id": operation.id,
+            "origin": origin,
+            "reason": operation.reason,
+            "workload_class": workload_class,
+            "requested_at": operation.started,
+            "active_work_ended": active_work_ended,
+            "suspended_at": None,
+        }
         try:
+            await self._save_documents(operation)
             flushed = await self._flush(operation, kernels, abort_on_busy=not force and not caps.keeps_live_memory)
         except FlushFailed as exc:
             self._abort(operation, exc)
@@ -497,6 +559,7 @@ class Lifecycle:
                 resume_plan=outcome.resume_plan,
             )
             self._resume_plan = outcome.resume_plan
+            self.last_suspend = {**(self.last_suspend or {}), "suspended_at": time.time()}
             step.finish("ok", "environment released", released=outcome.released.to_dict())
             self._transition(State.SUSPENDED, operation, wording.suspended(caps, outcome))
             self._finish(operation, Outcome.SUCCEEDED, "suspended")
