@@ -14,12 +14,13 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { api } from './api';
 import { CommandRefresher, registerCommands } from './commands';
-import { SuspendFlows } from './flows';
+import { dirtyContexts, saveContexts, SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { IdleWarningNotifier } from './idle';
 import { KernelStartHold } from './kernelhold';
 import { ColdStartNotifier } from './notify';
 import { ResumeReconnector } from './reconnect';
+import { answerSaveRequest, SaveRequestResponder } from './saverequests';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
@@ -124,10 +125,21 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
         hold.hold(panel.sessionContext)
       );
     }
+    // Every suspend, whatever started it, asks this page to save first.
+    const events = app.serviceManager.events?.stream ?? null;
+    if (events) {
+      new SaveRequestResponder({
+        events,
+        dirty: () => dirtyContexts(app, docManager, tracker),
+        save: saveContexts,
+        answer: answerSaveRequest
+      });
+    }
     const notifier = new ColdStartNotifier({
       commands: app.commands,
       trans,
-      state: stateDB
+      state: stateDB,
+      startedHere: id => flows.startedHere(id)
     });
     model.changed.connect(() => {
       if (model.status) {
