@@ -497,6 +497,8 @@ export interface IPreflightView {
   notes: string[];
   /** Reasons a suspend would abort now (busy kernels…). */
   blocking: string[];
+  /** Unsaved documents in open JupyterLab pages, saved before the flush. */
+  unsaved?: string[];
   canSuspend: boolean;
 }
 
@@ -561,6 +563,7 @@ export function preflightToView(
     kernels,
     notes: preflight.notes,
     blocking: preflight.would_abort,
+    unsaved: (preflight.unsaved_documents?.unsaved ?? []).map(u => u.path),
     canSuspend: preflight.can_suspend
   };
 }

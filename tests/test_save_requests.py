@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import nbformat
@@ -203,3 +204,26 @@ async def test_item3_the_window_ends_early_once_every_listener_answered() -> Non
     assert report.saved == [{"path": "a", "client_id": "p"}]
     assert report.seconds < 5.0
     assert not report.problems
+
+
+@pytest.mark.parametrize("suspend_config", [{"flush_kernel_timeout": 60.0}])
+async def test_item4_a_busy_kernel_does_not_keep_a_suspend_flushing_for_the_whole_timeout(
+    suspend_api: SuspendClient,
+) -> None:
+    from jupyter_suspend.server.flush import FLUSH_BUSY_GRACE_SECONDS
+
+    from .conftest import checkpoint_handler_code
+
+    session = await suspend_api.open_notebook("busy.ipynb")
+    kernel_id = session["kernel"]["id"]
+    await suspend_api.run(kernel_id, checkpoint_handler_code())
+    async with suspend_api.busy(kernel_id, 40):
+        await suspend_api.wait_until_busy(kernel_id)
+        started = time.monotonic()
+        status = await suspend_api.suspend(force=True)
+        took = time.monotonic() - started
+    assert status["state"] == "suspended"
+    flushed = step(status, "flush.kernels")
+    assert flushed["detail"]["kernels"][0]["status"] == "busy_skipped"
+    # Not flush_kernel_timeout (60 s): the grace a kernel reported busy gets, plus the rest of the suspend.
+    assert took < FLUSH_BUSY_GRACE_SECONDS + 20, took

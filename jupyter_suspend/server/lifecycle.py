@@ -344,11 +344,19 @@ class Lifecycle:
 
     # -- public operations --------------------------------------------------
     def start_suspend(
-        self, reason: str = "", force: bool = False, *, origin: str = "user", workload_class: str | None = None
+        self,
+        reason: str = "",
+        force: bool = False,
+        *,
+        origin: str = "user",
+        workload_class: str | None = None,
+        active_work_ended: float | None = None,
     ) -> Operation:
-        """``origin``: who asked ("user", or "idle_policy" for an automatic suspend of a ``workload_class``)."""
+        """``origin``: who asked ("user", or "idle_policy" for an automatic suspend of a ``workload_class``);
+        ``active_work_ended``: when the asker measured the last activity (the idle policy's reading),
+        else the environment's last activity."""
         operation = self._claim(OperationKind.SUSPEND, reason, force=force)
-        self._spawn(operation, lambda: self._run_suspend(operation, force, origin, workload_class))
+        self._spawn(operation, lambda: self._run_suspend(operation, force, origin, workload_class, active_work_ended))
         return operation
 
     def start_resume(self, reason: str = "") -> Operation:
@@ -492,9 +500,14 @@ class Lifecycle:
         return await flush(self.environment, operation, kernels, root, timeout, abort_on_busy=abort_on_busy)
 
     async def _run_suspend(
-        self, operation: Operation, force: bool, origin: str = "user", workload_class: str | None = None
+        self,
+        operation: Operation,
+        force: bool,
+        origin: str = "user",
+        workload_class: str | None = None,
+        measured_work_ended: float | None = None,
     ) -> None:
-        active_work_ended = self._active_work_ended()
+        active_work_ended = measured_work_ended if measured_work_ended is not None else self._active_work_ended()
         self._activity_before_preflight = None
         caps = self.backend.capabilities
         self._transition(State.FLUSHING, operation, wording.FLUSHING)
