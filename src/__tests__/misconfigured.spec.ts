@@ -9,6 +9,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { MessageLoop } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import type { SnapshotDeleted, Snapshots } from '../_generated/schemas';
 import { requestAPI } from '../request';
 import { SuspendModel } from '../model';
 import { SuspendPanel, SuspendStatusItem } from '../statusbar';
@@ -61,8 +62,9 @@ describe('a misconfigured server (503 "Misconfigured")', () => {
       settings: () => DEFAULT_SETTINGS,
       commands: new CommandRegistry(),
       snapshots: {
-        fetch: async () => ({ supported: false, reason: 'n/a' }) as any,
-        remove: async () => ({}) as any,
+        // The panel's snapshot list asks the same misconfigured server.
+        fetch: () => requestAPI<Snapshots>('snapshots', {}, settings),
+        remove: () => requestAPI<SnapshotDeleted>('snapshots/x', {}, settings),
         confirm: async () => false
       }
     };
