@@ -20,6 +20,25 @@ export function PreflightBody(props: {
   const { view, trans } = props;
   return (
     <div className="jp-suspend-preflight">
+      {/* What would stop the suspend comes first: it decides the button. */}
+      {view.blocking.length > 0 && (
+        <div className="jp-suspend-blocking" role="alert">
+          <strong>{trans.__('A suspend now would be aborted:')}</strong>
+          <ul>
+            {view.blocking.map(line => (
+              <li key={line}>{line}</li>
+            ))}
+          </ul>
+        </div>
+      )}
+      {(view.unsaved ?? []).length > 0 && (
+        <p className="jp-suspend-unsaved">
+          {trans.__(
+            'Unsaved documents in open JupyterLab pages are saved first: %1.',
+            view.unsaved!.join(', ')
+          )}
+        </p>
+      )}
       <p className="jp-suspend-preflight-intro">
         {trans.__(
           'Notebooks are saved and application checkpoints written first; if any of that fails, nothing is suspended. Backend: %1.',
@@ -106,16 +125,6 @@ export function PreflightBody(props: {
           ))}
         </ul>
       )}
-      {view.blocking.length > 0 && (
-        <div className="jp-suspend-blocking" role="alert">
-          <strong>{trans.__('A suspend now would be aborted:')}</strong>
-          <ul>
-            {view.blocking.map(line => (
-              <li key={line}>{line}</li>
-            ))}
-          </ul>
-        </div>
-      )}
     </div>
   );
 }
@@ -130,30 +139,42 @@ export async function confirmSuspend(
   view: IPreflightView,
   trans: TranslationBundle
 ): Promise<IConfirmResult> {
+  const blocked = view.blocking.length > 0;
+  // The primary button says what will really happen: with something in the
+  // way, keep running (the default) or force, never a Suspend that aborts.
+  const buttons = blocked
+    ? [
+        Dialog.warnButton({
+          label: trans.__('Force suspend (running cells are lost)'),
+          caption: trans.__(
+            'Busy kernels cannot write their checkpoints; their running cell and unsaved variables are lost.'
+          ),
+          actions: ['force']
+        }),
+        Dialog.okButton({
+          label: trans.__('Keep running'),
+          caption: trans.__(
+            'Cancel: wait for the cell to finish or interrupt it, then suspend'
+          ),
+          accept: false
+        })
+      ]
+    : [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        Dialog.warnButton({ label: trans.__('Suspend') })
+      ];
   const result = await showDialog({
-    title: trans.__('Suspend this environment?'),
+    title: blocked
+      ? trans.__('A suspend now would be aborted')
+      : trans.__('Suspend this environment?'),
     body: <PreflightBody view={view} trans={trans} />,
-    buttons: [
-      Dialog.cancelButton({ label: trans.__('Cancel') }),
-      Dialog.warnButton({ label: trans.__('Suspend') })
-    ],
-    checkbox:
-      view.blocking.length > 0
-        ? {
-            label: trans.__(
-              'Force: suspend anyway (busy kernels lose their work)'
-            ),
-            caption: trans.__(
-              'Busy kernels cannot write their checkpoints; their running cell and unsaved variables are lost.'
-            ),
-            checked: false
-          }
-        : null,
-    defaultButton: 0
+    buttons,
+    defaultButton: blocked ? 1 : 0
   });
+  const force = result.button.actions.includes('force');
   return {
-    confirmed: result.button.accept,
-    force: result.isChecked === true
+    confirmed: blocked ? force : result.button.accept,
+    force
   };
 }
 

@@ -205,6 +205,77 @@ function inProgress(status: IStatus): IOperation | null {
  * `status` null means no answer yet (or the server does not answer):
  * `error` then says why.
  */
+/** One invalid setting, as the server names it. */
+export interface IMisconfiguredSetting {
+  setting: string;
+  message: string;
+}
+
+/**
+ * The server's answer while a setting is invalid: HTTP 503 with
+ * `{"reason": "Misconfigured", "message", "problems": [{setting, message}]}`
+ * on every REST call (issue 17 item 1).
+ */
+export interface IMisconfiguration {
+  message: string;
+  problems: IMisconfiguredSetting[];
+}
+
+/** The misconfiguration an error carries (a 503 "Misconfigured" answer), else null. */
+export function misconfiguration(reason: unknown): IMisconfiguration | null {
+  const data = (reason as { data?: unknown } | null)?.data;
+  const status = (reason as { response?: { status?: number } } | null)?.response
+    ?.status;
+  if (
+    status !== 503 ||
+    !data ||
+    typeof data !== 'object' ||
+    (data as { reason?: unknown }).reason !== 'Misconfigured'
+  ) {
+    return null;
+  }
+  const body = data as { message?: unknown; problems?: unknown };
+  const problems = Array.isArray(body.problems)
+    ? body.problems
+        .filter(
+          (p): p is { setting: unknown; message: unknown } =>
+            !!p && typeof p === 'object'
+        )
+        .map(p => ({
+          setting: String(p.setting ?? ''),
+          message: String(p.message ?? '')
+        }))
+    : [];
+  return {
+    message: typeof body.message === 'string' ? body.message : '',
+    problems
+  };
+}
+
+/** What the status bar shows while the server refuses to work misconfigured. */
+export function describeMisconfiguration(
+  misconfigured: IMisconfiguration,
+  trans: TranslationBundle
+): IStatusDisplay {
+  const first = misconfigured.problems[0]?.setting;
+  return {
+    state: 'unknown',
+    tone: 'error',
+    label: first
+      ? trans.__('Suspend: misconfigured (%1)', first)
+      : trans.__('Suspend: misconfigured'),
+    headline:
+      misconfigured.message ||
+      trans.__('jupyter-suspend is misconfigured: it does nothing until fixed'),
+    details: [
+      ...misconfigured.problems.map(p => `${p.setting}: ${p.message}`),
+      trans.__(
+        'Nothing is suspended automatically or by hand until the setting is fixed and the server restarted.'
+      )
+    ]
+  };
+}
+
 export function describeStatus(
   status: IStatus | null,
   options: IDisplayOptions,
@@ -497,6 +568,8 @@ export interface IPreflightView {
   notes: string[];
   /** Reasons a suspend would abort now (busy kernels…). */
   blocking: string[];
+  /** Unsaved documents in open JupyterLab pages, saved before the flush. */
+  unsaved?: string[];
   canSuspend: boolean;
 }
 
@@ -561,6 +634,7 @@ export function preflightToView(
     kernels,
     notes: preflight.notes,
     blocking: preflight.would_abort,
+    unsaved: (preflight.unsaved_documents?.unsaved ?? []).map(u => u.path),
     canSuspend: preflight.can_suspend
   };
 }

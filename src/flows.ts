@@ -13,16 +13,14 @@ import type { DocumentRegistry } from '@jupyterlab/docregistry';
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { Kernel } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
-import type {
-  ReadonlyJSONValue,
-  ReadonlyPartialJSONObject
-} from '@lumino/coreutils';
+import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import * as React from 'react';
 
 import { api, errorMessage } from './api';
 import { confirmSuspend, showTimeline, showVerdict, TextBody } from './dialogs';
 import { preflightToView, progressMessage, releasedSummary } from './display';
 import { OperationGuard } from './guard';
+import { dismissWhenShown, isListed, settle, updateNow } from './toasts';
 import { backendText } from './status';
 import {
   CommandIDs,
@@ -62,14 +60,14 @@ export interface ISaveResult {
 }
 
 /**
- * Save every open document with unsaved changes. The server only checks and
- * fsyncs what is on disk: what the browser still holds must get there first.
+ * The open documents with unsaved changes that can be saved (one context per
+ * path: several views of one file share it).
  */
-export async function saveDirtyDocuments(
+export function dirtyContexts(
   app: JupyterFrontEnd,
   docManager: IDocumentManager | null,
   tracker: INotebookTracker | null
-): Promise<ISaveResult> {
+): DocumentRegistry.Context[] {
   const contexts = new Map<string, DocumentRegistry.Context>();
   const add = (context: DocumentRegistry.Context | undefined): void => {
     if (
@@ -88,9 +86,16 @@ export async function saveDirtyDocuments(
     }
   }
   tracker?.forEach(panel => add(panel.context));
+  return Array.from(contexts.values());
+}
+
+/** Save `contexts`, each on its own; say which were saved and why others were not. */
+export async function saveContexts(
+  contexts: DocumentRegistry.Context[]
+): Promise<ISaveResult> {
   const result: ISaveResult = { saved: [], failed: [] };
   await Promise.all(
-    Array.from(contexts.values()).map(async context => {
+    contexts.map(async context => {
       try {
         await context.save();
         if (context.model.dirty) {
@@ -107,6 +112,18 @@ export async function saveDirtyDocuments(
     })
   );
   return result;
+}
+
+/**
+ * Save every open document with unsaved changes. The server only checks and
+ * fsyncs what is on disk: what the browser still holds must get there first.
+ */
+export async function saveDirtyDocuments(
+  app: JupyterFrontEnd,
+  docManager: IDocumentManager | null,
+  tracker: INotebookTracker | null
+): Promise<ISaveResult> {
+  return saveContexts(dirtyContexts(app, docManager, tracker));
 }
 
 /**
@@ -157,7 +174,7 @@ async function followOperation(
   const update = (): void => {
     const status = model.status;
     if (status?.operation?.id === operationId && status.operation.in_progress) {
-      Notification.update({
+      updateNow({
         id: notificationId,
         message: progressMessage(status, trans),
         type: 'in-progress',
@@ -216,53 +233,7 @@ function detailsAction(
   };
 }
 
-/**
- * How long a notification must have been shown before it is updated or
- * dismissed. JupyterLab shows a toast asynchronously: an update or a
- * dismissal that comes sooner is lost (mounting a toast takes a while on a
- * loaded machine), and the toast keeps its first text ("Suspending…") for
- * good. A server that aborts at once answers that fast.
- */
-export const TOAST_SETTLE_MS = 1000;
-
-/** Resolve once notification `id` has been shown `TOAST_SETTLE_MS`. */
-export async function whenToastShown(id: string): Promise<void> {
-  const shown = Notification.manager.notifications.find(n => n.id === id);
-  const age = shown ? Date.now() - shown.createdAt : TOAST_SETTLE_MS;
-  if (age < TOAST_SETTLE_MS) {
-    await new Promise(resolve => setTimeout(resolve, TOAST_SETTLE_MS - age));
-  }
-}
-
-/**
- * Changes of one notification, applied in the order asked, each once the
- * toast has been shown long enough. Callers do not wait for them: an
- * operation has ended when the server says so, and the next one may start
- * (a Resume clicked the moment "Suspended" shows) while its toast settles.
- */
-const toastChanges = new Map<string, Promise<void>>();
-
-function whenShown(id: string, change: () => void): void {
-  const next = (toastChanges.get(id) ?? Promise.resolve())
-    .then(() => whenToastShown(id))
-    .then(change);
-  toastChanges.set(id, next);
-  void next.finally(() => {
-    if (toastChanges.get(id) === next) {
-      toastChanges.delete(id);
-    }
-  });
-}
-
-/** Give notification `args.id` its final text, once it is shown. */
-function settle(args: Notification.IUpdate<ReadonlyJSONValue>): void {
-  whenShown(args.id, () => Notification.update(args));
-}
-
-/** Dismiss notification `id`, once it is shown (after its pending changes). */
-function dismissWhenShown(id: string): void {
-  whenShown(id, () => Notification.dismiss(id));
-}
+export { TOAST_SETTLE_MS, whenToastShown } from './toasts';
 
 /** Let the user know the environment is not in a state to do this. */
 function refuse(message: string): void {
@@ -272,6 +243,25 @@ function refuse(message: string): void {
 export class SuspendFlows {
   constructor(deps: IFlowDeps) {
     this._deps = deps;
+    deps.model.changed.connect(this._onStatus, this);
+  }
+
+  /**
+   * Toasts of a finished phase go when the state moves on, whoever moved it
+   * (a resume from another tab, the CLI, the platform): "Suspended … Resume"
+   * is stale once the environment is no longer suspended.
+   */
+  private _onStatus(): void {
+    const state = this._deps.model.status?.state;
+    if (this._suspendNotice && state && state !== 'suspended') {
+      dismissWhenShown(this._suspendNotice);
+      this._suspendNotice = null;
+    }
+  }
+
+  /** Whether operation `id` was started from this page. */
+  startedHere(id: string): boolean {
+    return this._startedHere.has(id);
   }
 
   /**
@@ -337,7 +327,11 @@ export class SuspendFlows {
         { autoClose: false }
       );
       const run = await runOperation(
-        () => api.suspend(REASON, force),
+        () =>
+          api.suspend(REASON, force).then(started => {
+            this._startedHere.add(started.operation.id);
+            return started;
+          }),
         notificationId,
         trans.__('Suspend refused'),
         model,
@@ -440,16 +434,30 @@ export class SuspendFlows {
 
   private async _resume(): Promise<IStatus | null> {
     const { model, trans } = this._deps;
-    // "Suspended … [Resume]" is stale from here on.
-    if (this._suspendNotice) {
-      dismissWhenShown(this._suspendNotice);
-      this._suspendNotice = null;
-    }
-    const notificationId = Notification.emit(
-      trans.__('Resuming: %1…', backendText(model.status, trans).restore_step),
-      'in-progress',
-      { autoClose: false }
+    const resuming = trans.__(
+      'Resuming: %1…',
+      backendText(model.status, trans).restore_step
     );
+    // "Suspended … [Resume]" is stale from here on: it becomes the resume's
+    // progress (one toast changed in place, never a dismissal racing its
+    // last update), or a new one when the user closed it.
+    const previous = this._suspendNotice;
+    this._suspendNotice = null;
+    let notificationId: string;
+    if (previous && isListed(previous)) {
+      notificationId = previous;
+      settle({
+        id: notificationId,
+        message: resuming,
+        type: 'in-progress',
+        autoClose: false,
+        actions: []
+      });
+    } else {
+      notificationId = Notification.emit(resuming, 'in-progress', {
+        autoClose: false
+      });
+    }
     try {
       const run = await runOperation(
         () => api.resume(REASON),
@@ -738,4 +746,5 @@ export class SuspendFlows {
   private _deps: IFlowDeps;
   private _guard = new OperationGuard();
   private _suspendNotice: string | null = null;
+  private _startedHere = new Set<string>();
 }

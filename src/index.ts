@@ -14,12 +14,14 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { api } from './api';
 import { CommandRefresher, registerCommands } from './commands';
-import { SuspendFlows } from './flows';
+import { dirtyContexts, saveContexts, SuspendFlows } from './flows';
 import { SuspendModel } from './model';
 import { IdleWarningNotifier } from './idle';
 import { KernelStartHold } from './kernelhold';
 import { ColdStartNotifier } from './notify';
 import { ResumeReconnector } from './reconnect';
+import { SuspendedRunGuard } from './runguard';
+import { answerSaveRequest, SaveRequestResponder } from './saverequests';
 import { SuspendStatusItem } from './statusbar';
 import {
   DEFAULT_SETTINGS,
@@ -112,22 +114,41 @@ const plugin: JupyterFrontEndPlugin<ISuspendModel> = {
       commands: app.commands,
       trans
     });
+    // Running a cell while the kernels are down offers Resume, not the picker.
+    const runGuard = new SuspendedRunGuard({
+      model,
+      commands: app.commands,
+      trans
+    });
     const notebookFactory = app.docRegistry.getWidgetFactory('Notebook');
     if (notebookFactory) {
       notebookFactory.widgetCreated.connect((_, widget) => {
         if (widget instanceof NotebookPanel) {
           hold.hold(widget.sessionContext);
+          runGuard.guard(widget.sessionContext);
         }
       });
     } else {
-      tracker?.widgetAdded.connect((_, panel) =>
-        hold.hold(panel.sessionContext)
-      );
+      tracker?.widgetAdded.connect((_, panel) => {
+        hold.hold(panel.sessionContext);
+        runGuard.guard(panel.sessionContext);
+      });
+    }
+    // Every suspend, whatever started it, asks this page to save first.
+    const events = app.serviceManager.events?.stream ?? null;
+    if (events) {
+      new SaveRequestResponder({
+        events,
+        dirty: () => dirtyContexts(app, docManager, tracker),
+        save: saveContexts,
+        answer: answerSaveRequest
+      });
     }
     const notifier = new ColdStartNotifier({
       commands: app.commands,
       trans,
-      state: stateDB
+      state: stateDB,
+      startedHere: id => flows.startedHere(id)
     });
     model.changed.connect(() => {
       if (model.status) {

@@ -24,6 +24,7 @@ import type { ISignal } from '@lumino/signaling';
 
 import { DisposableOnce } from './disposable';
 import { reconnectContext } from './reconnect';
+import { explicitStarts } from './explicit';
 import { allowedActions } from './status';
 import { CommandIDs, IStatus } from './tokens';
 
@@ -117,6 +118,7 @@ export class KernelStartHold extends DisposableOnce {
     this._announce();
     // A server that refuses a new kernel for a recorded notebook while
     // suspended answers 409 with its reason: JupyterLab shows it.
+    explicitStarts.add(ctx);
     await ctx.startKernel();
   }
 

@@ -3,6 +3,7 @@ import { VDomModel } from '@jupyterlab/ui-components';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, IStream, Signal } from '@lumino/signaling';
 
+import { IMisconfiguration, misconfiguration } from './display';
 import { IDLE_EVENT_SCHEMA_ID } from './idle';
 import {
   EVENT_SCHEMA_ID,
@@ -66,6 +67,11 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
 
   get error(): string | null {
     return this._error;
+  }
+
+  /** Set while the server answers 503 "Misconfigured" (an invalid setting), else null. */
+  get misconfigured(): IMisconfiguration | null {
+    return this._misconfigured;
   }
 
   get fetchedAt(): number {
@@ -198,8 +204,17 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
         return;
       }
       const message = reason instanceof Error ? reason.message : String(reason);
-      if (message !== this._error) {
+      const misconfigured = misconfiguration(reason);
+      if (
+        message !== this._error ||
+        JSON.stringify(misconfigured) !== JSON.stringify(this._misconfigured)
+      ) {
         this._error = message;
+        this._misconfigured = misconfigured;
+        if (misconfigured) {
+          // Nothing is known of the state while it refuses to work.
+          this._status = null;
+        }
         this._emitChanged();
       }
       // Rejecting makes the poll back off until the server answers again.
@@ -211,6 +226,7 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
     this._appliedSequence = sequence;
     this._status = status;
     this._error = null;
+    this._misconfigured = null;
     this._fetchedAt = Date.now();
     // Faster only while something happens; the next tick uses this.
     this._poll.frequency = this._frequency(this._busy());
@@ -262,6 +278,7 @@ export class SuspendModel extends VDomModel implements ISuspendModel {
   private _poll: Poll;
   private _status: IStatus | null = null;
   private _error: string | null = null;
+  private _misconfigured: IMisconfiguration | null = null;
   private _fetchedAt = 0;
   private _timeline: ITimeline | null = null;
   private _timelineKey = '';

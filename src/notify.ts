@@ -18,13 +18,72 @@ import type { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
 import { TextBody } from './dialogs';
-import { checkpointsRestored } from './display';
+import { checkpointsRestored, formatClock, formatDuration } from './display';
 import { resumedSince } from './status';
 import { CommandIDs, IStatus } from './tokens';
 
 const STATE_KEY = 'jupyter-suspend:announced';
 const RESTORE_PREFIX = 'restore:';
+const SUSPEND_PREFIX = 'suspend:';
 const KEEP = 50;
+
+/**
+ * Whether the restarted kernels still have application checkpoints to load:
+ * the resume did not load them (turned off), or some kernel's load failed or
+ * missed some. A cold restore that loaded them all offers nothing to load.
+ */
+export function checkpointsLeftToLoad(status: IStatus): boolean {
+  const restore = status.last_restore;
+  if (!restore || restore.kernels.length === 0) {
+    return false;
+  }
+  const loaded = Object.values(restore.checkpoints_restored ?? {});
+  if (loaded.length === 0) {
+    return true; // the resume loaded none: the user may
+  }
+  return loaded.some(
+    k =>
+      !k ||
+      k.outcome !== 'ok' ||
+      (k.missing?.length ?? 0) > 0 ||
+      (k.failed?.length ?? 0) > 0
+  );
+}
+
+/**
+ * What a returning user is told about the last suspend (who, why, when,
+ * after how long idle), or null when there is nothing to tell.
+ */
+export function lastSuspendMessage(
+  status: IStatus,
+  trans: TranslationBundle
+): string | null {
+  const last = status.last_suspend;
+  if (!last || !last.suspended_at) {
+    return null;
+  }
+  const when = formatClock(last.suspended_at);
+  const idle =
+    last.idle_seconds !== null && last.idle_seconds !== undefined
+      ? trans.__(' after %1 idle', formatDuration(last.idle_seconds, trans))
+      : '';
+  if (last.origin === 'idle_policy') {
+    return trans.__(
+      'Suspended automatically at %1 by the idle policy%2%3. Nothing unsaved was lost.',
+      when,
+      idle,
+      last.workload_class
+        ? trans.__(' (workload class %1)', last.workload_class)
+        : ''
+    );
+  }
+  return trans.__(
+    'Suspended at %1%2%3.',
+    when,
+    idle,
+    last.reason ? trans.__(': %1', last.reason) : ''
+  );
+}
 
 /** The key identifying what a status would announce, or null if nothing. */
 export function announcementKey(status: IStatus): string | null {
@@ -76,7 +135,10 @@ export class ColdStartNotifier {
     commands: CommandRegistry;
     trans: TranslationBundle;
     state: IStateDB | null;
+    /** Whether an operation was started from this page (it says so itself). */
+    startedHere?: (operationId: string) => boolean;
   }) {
+    this._startedHere = options.startedHere ?? (() => false);
     this._commands = options.commands;
     this._trans = options.trans;
     this._state = options.state;
@@ -92,6 +154,7 @@ export class ColdStartNotifier {
     const previous = this._previous;
     this._previous = status;
     await this._loaded;
+    await this._checkSuspend(previous, status);
     const key = announcementKey(status);
     if (!key || this._announced.includes(key)) {
       return null;
@@ -104,10 +167,7 @@ export class ColdStartNotifier {
     await this._save();
     const trans = this._trans;
     const actions: Notification.IAction[] = [];
-    if (
-      (status.last_restore?.kernels.length ?? 0) > 0 &&
-      status.state === 'ready'
-    ) {
+    if (status.state === 'ready' && checkpointsLeftToLoad(status)) {
       actions.push({
         label: trans.__('Load checkpoints'),
         caption: trans.__(
@@ -146,6 +206,57 @@ export class ColdStartNotifier {
     });
   }
 
+  /**
+   * Tell a returning user why and when the environment was suspended: an
+   * automatic suspend whenever this page sees it, any other one when the page
+   * opens onto it; never the suspend this page started (its own toast says so).
+   */
+  private async _checkSuspend(
+    previous: IStatus | null,
+    status: IStatus
+  ): Promise<void> {
+    const last = status.last_suspend;
+    if (!last?.operation_id || !last.suspended_at) {
+      return;
+    }
+    const key = `${SUSPEND_PREFIX}${last.operation_id}`;
+    if (this._announced.includes(key) || this._startedHere(last.operation_id)) {
+      return;
+    }
+    const automatic = last.origin !== 'user';
+    const returning = previous === null && status.state === 'suspended';
+    if (!automatic && !returning) {
+      return;
+    }
+    if (
+      automatic &&
+      !['suspended', 'restoring', 'waiting_for_capacity', 'ready'].includes(
+        status.state
+      )
+    ) {
+      return;
+    }
+    const message = lastSuspendMessage(status, this._trans);
+    if (!message) {
+      return;
+    }
+    this._announced = [...this._announced, key].slice(-KEEP);
+    await this._save();
+    const actions: Notification.IAction[] = [];
+    if (status.state === 'suspended' && status.can_resume) {
+      actions.push({
+        label: this._trans.__('Resume'),
+        callback: () => void this._commands.execute(CommandIDs.resume)
+      });
+    }
+    actions.push({
+      label: this._trans.__('Timeline'),
+      displayType: 'link',
+      callback: () => void this._commands.execute(CommandIDs.timeline)
+    });
+    Notification.info(message, { autoClose: false, actions });
+  }
+
   private async _load(): Promise<void> {
     if (!this._state) {
       return;
@@ -179,4 +290,5 @@ export class ColdStartNotifier {
   private _loaded: Promise<void>;
   private _announced: string[] = [];
   private _previous: IStatus | null = null;
+  private _startedHere: (operationId: string) => boolean;
 }

@@ -4,6 +4,16 @@ import { ServerConnection } from '@jupyterlab/services';
 /** Base path of the jupyter-suspend REST API, relative to the server's base URL. */
 export const API_PATH = 'jupyter-suspend/api';
 
+/** A non-2xx answer, with its parsed JSON body (`data`) when it had one. */
+export class APIError extends ServerConnection.ResponseError {
+  constructor(response: Response, message: string, data: unknown) {
+    super(response, message);
+    this.data = data;
+  }
+
+  readonly data: unknown;
+}
+
 /**
  * Call the jupyter-suspend REST API and return its JSON answer.
  *
@@ -31,7 +41,7 @@ export async function requestAPI<T>(
       data && typeof data === 'object' && 'message' in data
         ? String((data as { message: unknown }).message)
         : text;
-    throw new ServerConnection.ResponseError(response, message);
+    throw new APIError(response, message, data);
   }
   return data as T;
 }

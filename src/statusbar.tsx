@@ -13,6 +13,7 @@ import * as React from 'react';
 import {
   cycleSummary,
   describeCycle,
+  describeMisconfiguration,
   describeStatus,
   formatClock,
   IStatusDisplay,
@@ -38,6 +39,9 @@ function display(
   model: SuspendModel,
   options: IStatusViewOptions
 ): IStatusDisplay {
+  if (model.misconfigured) {
+    return describeMisconfiguration(model.misconfigured, options.trans);
+  }
   return describeStatus(
     model.status,
     {
@@ -101,6 +105,7 @@ export class SuspendStatusItem extends VDomRenderer<SuspendModel> {
     this.node.dataset.state = shown.state;
     this.node.dataset.tone = shown.tone;
     this.node.dataset.reconnecting = String(this.model.reconnecting);
+    this.node.dataset.misconfigured = String(this.model.misconfigured !== null);
     const warning = warningLabel(
       this.model.status,
       this.model.fetchedAt,

@@ -382,3 +382,28 @@ def test_decide_in_order_state_running_cell_threshold_min_running_guard() -> Non
     assert decide(**{**kwargs, "workload": busy_ok}, reading=reading(0, running=True), running_seconds=9).action == (
         "wait"
     )
+
+
+async def test_item10_an_automatic_suspends_idle_before_is_the_idle_time_its_reason_names(
+    suspend_api: SuspendClient, jp_ws_fetch: Any, state_dir: Path
+) -> None:
+    """One figure for one cycle: the timeline's "idle before" is the policy's own reading, not the
+    environment's last activity (which the policy's probing and the warning moved)."""
+    import re
+
+    kernel_id = await open_classed_notebook(suspend_api, "quick.ipynb", "quick")
+    ws = await jp_ws_fetch("api", "kernels", kernel_id, "channels")
+    try:
+        await suspend_api.wait_state("suspended", timeout=60)
+    finally:
+        ws.close()
+    (requested,) = journal(state_dir, "suspend_requested")
+    match = re.search(r"idle (\d+) s \(threshold", requested["reason"])
+    assert match, requested["reason"]
+    cycle = (await suspend_api.json("GET", "timeline"))["cycles"][-1]
+    idle_before = cycle["durations"]["idle_before_suspend"]
+    assert abs(idle_before - int(match.group(1))) < 1.0, (idle_before, requested["reason"])
+    last = (await suspend_api.status())["last_suspend"]
+    assert last["origin"] == "idle_policy"
+    assert last["workload_class"] == "quick"
+    assert abs(last["idle_seconds"] - idle_before) < 0.5

@@ -60,6 +60,9 @@ c.IdlePolicy.default_workload_class = "ui-patient"
 c.IdlePolicy.workload_classes = {
     "ui-patient": {"idle_seconds": 86400.0},
     "ui-tiny": {"idle_seconds": 3.0, "warning_seconds": 600.0},
+    # tests/issue17.spec.ts: an automatic suspend with no warning, 10 s after the notebook went idle
+    # (time for the test to leave an unsaved edit in the tab first, on a loaded machine).
+    "ui-auto": {"idle_seconds": 10.0, "warning_seconds": 0.0, "min_running_seconds": 0.0},
 }
 
 # Reproducing a flake: JUPYTER_SUSPEND_UI_DEBUG=1 logs jupyter_server's kernel

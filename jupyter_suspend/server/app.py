@@ -22,6 +22,8 @@ from .jupyter_environment import JupyterServerEnvironment
 from .lifecycle import Lifecycle, LifecycleSettings
 from .metrics import SuspendMetrics
 from .replay import PINNED_KINDS
+from .save_requests import EVENT_SCHEMA_ID as SAVE_EVENT_SCHEMA_ID
+from .save_requests import SaveRequests
 from .session_guard import SessionGuard, lifecycle_refusal
 
 #: Where kernels write application checkpoints (read by ``jupyter_suspend.kernel.helper``).
@@ -93,6 +95,18 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
     capacity_max_wait = Float(
         3600.0, config=True, help="Seconds a resume waits for capacity before it fails with a next step."
     )
+    save_answer_window = Float(
+        3.0,
+        config=True,
+        help="Seconds every JupyterLab page connected to the event bus gets to answer a suspend's save "
+        "request (a page that does not answer by then is not waited for).",
+    )
+    save_timeout = Float(
+        30.0,
+        config=True,
+        help="Seconds a suspend waits for a JupyterLab page that is saving its unsaved documents; a page "
+        "that has not finished by then aborts the suspend (nothing unsaved is lost).",
+    )
     max_body_bytes = Integer(64 * 1024, config=True, help="Largest accepted request body, in bytes.")
     journal_max_bytes = Integer(4 * 1024 * 1024, config=True, help="Journal size that triggers rotation.")
     kernel_env = Dict(
@@ -152,6 +166,7 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
             if event_logger is not None:
                 event_logger.emit(schema_id=EVENT_SCHEMA_ID, data=data)
 
+        self.save_requests = self._save_requests(event_logger)
         self.lifecycle = Lifecycle(
             backend=backend,
             environment=JupyterServerEnvironment(self.serverapp),
@@ -165,6 +180,7 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
             ),
             emit=emit,
             log=self.log,
+            save_requests=self.save_requests,
         )
         try:
             self.lifecycle.recover()
@@ -186,6 +202,7 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
                 "jupyter_suspend_metrics": self.metrics,
                 "jupyter_suspend_max_body_bytes": self.max_body_bytes,
                 "jupyter_suspend_idle_policy": self.idle_policy,
+                "jupyter_suspend_save_requests": self.save_requests,
             }
         )
         self.log.info(
@@ -210,6 +227,34 @@ class SuspendApp(CheckedConfigurable, ExtensionApp):
                 "jupyter_suspend_metrics": self.metrics,
                 "jupyter_suspend_max_body_bytes": self.max_body_bytes,
             }
+        )
+
+    def _save_requests(self, event_logger: Any) -> SaveRequests | None:
+        """Save requests go out on the event bus; without one there is no page to ask."""
+        if event_logger is None:
+            return None
+        event_logger.register_event_schema(
+            Path(str(files("jupyter_suspend.common.schemas") / "save-request-event.json"))
+        )
+
+        def listeners() -> int | None:
+            # jupyter_server's /api/events/subscribe adds one listener per socket for every schema
+            # (SubscribeWebsocket.open -> EventLogger.add_listener(listener=...), which fills
+            # _modified_listeners per registered schema: jupyter_events/logger.py). Private
+            # attributes: when they are not there, the count is unknown and the whole window is waited.
+            found: set[Any] = set()
+            for name in ("_modified_listeners", "_unmodified_listeners"):
+                table = getattr(event_logger, name, None)
+                if not isinstance(table, dict):
+                    return None
+                found |= set(table.get(SAVE_EVENT_SCHEMA_ID, ()))
+            return len(found)
+
+        return SaveRequests(
+            lambda data: event_logger.emit(schema_id=SAVE_EVENT_SCHEMA_ID, data=data),
+            listeners,
+            answer_window=self.save_answer_window,
+            timeout=self.save_timeout,
         )
 
     def _tell_kernels_the_checkpoint_dir(self) -> None:

@@ -64,6 +64,13 @@ class KernelFlush:
         return asdict(self)
 
 
+#: How long the flush waits for a kernel the server reports busy running a cell: a
+#: busy kernel answers only once its cell ends, and a suspend must not sit in
+#: "flushing" for the whole ``flush_kernel_timeout`` to learn that (issue 17 item 4).
+#: Not less: the kernel that ran ``%suspend`` is reported busy until its cell ends.
+FLUSH_BUSY_GRACE_SECONDS = 5.0
+
+
 def checkpoint_dir_for(root: Path, record: KernelRecord) -> Path:
     """Where a kernel's application checkpoints go: one folder per notebook
     (so that anyone can recover the work from the notebook's name), flat and
@@ -144,10 +151,11 @@ async def flush_kernels(
 
     async def one(record: KernelRecord) -> KernelFlush:
         directory = checkpoint_dir_for(checkpoint_root, record)
+        wait = min(timeout, FLUSH_BUSY_GRACE_SECONDS) if record.reported_busy else timeout
         reply = await environment.kernel_request(
             record.kernel_id,
             "checkpoint",
-            timeout,
+            wait,
             checkpoint_dir=str(directory),
             operation_id=operation_id,
             notebook_path=record.path,

@@ -24,6 +24,7 @@ from .idle_policy import IdlePolicy, NoWarning
 from .lifecycle import Lifecycle
 from .live_state import VerifyError
 from .metrics import CONTENT_TYPE, METRICS_PATH, SuspendMetrics
+from .save_requests import SaveRequestClosed, SaveRequests, UnknownSaveRequest
 from .states import IllegalState
 from .validation import BadRequest, parse_body
 
@@ -212,6 +213,22 @@ class KeepRunningHandler(SuspendAPIHandler):
         self.reply({"cancelled": True, "workload_class": workload_class})
 
 
+class SaveAnswerHandler(SuspendAPIHandler):
+    """A JupyterLab page answers a save request (``save_requests``)."""
+
+    @web.authenticated
+    @authorized
+    def post(self) -> None:
+        body = self.body("save-answer")
+        save_requests: SaveRequests = self.settings["jupyter_suspend_save_requests"]
+        try:
+            self.reply(save_requests.answer(body))
+        except UnknownSaveRequest as exc:
+            self.reply({"message": str(exc), "reason": "Not Found", "state": self.lifecycle.state.value}, 404)
+        except SaveRequestClosed as exc:
+            self.reply({"message": str(exc), "reason": "Conflict", "state": self.lifecycle.state.value}, 409)
+
+
 class OpenAPIHandler(SuspendAPIHandler):
     @web.authenticated
     @authorized
@@ -233,6 +250,7 @@ def handlers() -> list[tuple[str, type[SuspendAPIHandler]]]:
         (rf"/{API_PREFIX}/snapshots/(?P<name>[^/]+)", SnapshotHandler),
         (rf"/{API_PREFIX}/activity", ActivityHandler),
         (rf"/{API_PREFIX}/activity/keep-running", KeepRunningHandler),
+        (rf"/{API_PREFIX}/save-requests", SaveAnswerHandler),
         (rf"/{API_PREFIX}/openapi\.json", OpenAPIHandler),
     ]
 

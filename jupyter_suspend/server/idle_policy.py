@@ -538,18 +538,22 @@ class IdlePolicy(CheckedConfigurable, LoggingConfigurable):
                 self._emit({"action": "warning", **self.warning.to_dict(now)})
                 self.log.info("jupyter-suspend: suspend in %gs: %s", workload.warning_seconds, decision.reason)
                 if workload.warning_seconds <= 0:
-                    self._suspend(decision, choice)
+                    self._suspend(decision, choice, reading.at - reading.idle_seconds)
             elif warning is not None and now >= warning.ends_at:
-                self._suspend(decision, choice)
+                self._suspend(decision, choice, reading.at - reading.idle_seconds)
             return decision
 
-    def _suspend(self, decision: Decision, choice: ClassChoice) -> None:
+    def _suspend(self, decision: Decision, choice: ClassChoice, active_work_ended: float) -> None:
+        """``active_work_ended``: when the activity this decision measured ended, so that the
+        cycle's "idle before" is the idle time the reason names (issue 17 item 10)."""
         self.warning = None
         reason = f"automatic suspend: {decision.reason}"
         if not choice.workload.keep_memory:
             reason += "; the class asks for files only, which this backend's suspend does not distinguish"
         try:
-            self.lifecycle.start_suspend(reason[:500], origin=ORIGIN, workload_class=choice.workload.name)
+            self.lifecycle.start_suspend(
+                reason[:500], origin=ORIGIN, workload_class=choice.workload.name, active_work_ended=active_work_ended
+            )
         except IllegalState as exc:
             self.log.warning("jupyter-suspend: the automatic suspend did not start: %s", exc)
             self._emit(

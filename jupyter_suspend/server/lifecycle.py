@@ -33,6 +33,7 @@ from .journal import Journal, JournalWriteError
 from .live_state import LiveStateRecords, VerifyError, live_lost
 from .replay import EntryKind, read_cold_start, replay, restore_report
 from .resources import not_measured_as_null
+from .save_requests import SaveReport, SaveRequests
 from .states import (
     TRANSITIONS,
     Action,
@@ -72,6 +73,26 @@ def last_cycle(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return entries[starts[-1] :] if starts else []
 
 
+def last_suspend_of(cycle: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Who suspended the last cycle (``last_cycle``), why, and when, as the journal recorded it."""
+    if not cycle:
+        return None
+    requested = cycle[0]
+    released = next(
+        (e for e in cycle if e.get("kind") == EntryKind.RELEASED.value and not e.get("partial")),
+        None,
+    )
+    return {
+        "operation_id": requested.get("operation_id"),
+        "origin": requested.get("origin") or "user",
+        "reason": requested.get("reason") or "",
+        "workload_class": requested.get("workload_class"),
+        "requested_at": requested.get("wall"),
+        "active_work_ended": requested.get("active_work_ended"),
+        "suspended_at": released.get("wall") if released else None,
+    }
+
+
 class Lifecycle:
     def __init__(
         self,
@@ -82,12 +103,17 @@ class Lifecycle:
         settings: LifecycleSettings,
         emit: EventSink | None = None,
         log: logging.Logger | None = None,
+        save_requests: SaveRequests | None = None,
     ):
         self.backend = backend
         self.environment = environment
         self.journal = journal
         self.settings = settings
         self._emit = emit or (lambda data: None)
+        #: Asks the connected JupyterLab pages to save before a flush (None: no event bus, nobody to ask).
+        self.save_requests = save_requests
+        #: Who suspended last, why and after how long idle (what a returning user is told).
+        self.last_suspend: dict[str, Any] | None = None
         self.log = log or logging.getLogger("jupyter_suspend")
         self.state = State.RUNNING
         self.since = time.time()
@@ -127,6 +153,7 @@ class Lifecycle:
         for problem in self.journal.startup_problems:
             self.log.warning("jupyter-suspend journal line %s is %s: %r", problem.line, problem.kind, problem.excerpt)
         self._cycle_id, self._flushed_kernels = past.cycle_id, past.flushed_kernels
+        self.last_suspend = last_suspend_of(last_cycle(entries))
         self.last_restore, self.live_state.records = past.last_restore, past.live_state_records
         cold = read_cold_start(past, self.backend)
         if cold is not None:
@@ -318,11 +345,19 @@ class Lifecycle:
 
     # -- public operations --------------------------------------------------
     def start_suspend(
-        self, reason: str = "", force: bool = False, *, origin: str = "user", workload_class: str | None = None
+        self,
+        reason: str = "",
+        force: bool = False,
+        *,
+        origin: str = "user",
+        workload_class: str | None = None,
+        active_work_ended: float | None = None,
     ) -> Operation:
-        """``origin``: who asked ("user", or "idle_policy" for an automatic suspend of a ``workload_class``)."""
+        """``origin``: who asked ("user", or "idle_policy" for an automatic suspend of a ``workload_class``);
+        ``active_work_ended``: when the asker measured the last activity (the idle policy's reading),
+        else the environment's last activity."""
         operation = self._claim(OperationKind.SUSPEND, reason, force=force)
-        self._spawn(operation, lambda: self._run_suspend(operation, force, origin, workload_class))
+        self._spawn(operation, lambda: self._run_suspend(operation, force, origin, workload_class, active_work_ended))
         return operation
 
     def start_resume(self, reason: str = "") -> Operation:
@@ -346,13 +381,38 @@ class Lifecycle:
         # Probing kernels is kernel activity; remember when the user's own
         # activity ended so the suspend that follows can report it.
         self._activity_before_preflight = (time.time(), self.environment.last_activity())
-        return await preflight_mod.preflight(
-            self.environment,
-            self.backend,
-            state=self.state.value,
-            can_suspend=bool(self.decide(Action.SUSPEND)),
-            timeout=self.settings.flush_kernel_timeout,
+        report, unsaved = await asyncio.gather(
+            preflight_mod.preflight(
+                self.environment,
+                self.backend,
+                state=self.state.value,
+                can_suspend=bool(self.decide(Action.SUSPEND)),
+                timeout=self.settings.flush_kernel_timeout,
+            ),
+            self._ask_to_save(None, "dry run", dry_run=True),
         )
+        if unsaved is not None:
+            report["unsaved_documents"] = unsaved.to_dict()
+        return report
+
+    async def _ask_to_save(self, operation_id: str | None, reason: str, *, dry_run: bool) -> SaveReport | None:
+        if self.save_requests is None:
+            return None
+        return await self.save_requests.collect(operation_id=operation_id, reason=reason, dry_run=dry_run)
+
+    async def _save_documents(self, operation: Operation) -> None:
+        """Every connected JupyterLab page saves its unsaved documents; FlushFailed when one may be lost."""
+        step = operation.step("flush.save")
+        report = await self._ask_to_save(operation.id, operation.reason, dry_run=False)
+        if report is None:
+            step.finish("skipped", "no event bus: no JupyterLab page to ask")
+            return
+        detail = report.to_dict()
+        if report.problems:
+            reason = wording.unsaved_documents(report.problems)
+            step.finish("failed", reason, **detail)
+            raise FlushFailed("flush.save", reason)
+        step.finish("ok", report.summary(), **detail)
 
     async def verify(
         self, kernel_id: str, names: list[str] | None = None, observed: dict[str, Any] | None = None
@@ -441,9 +501,14 @@ class Lifecycle:
         return await flush(self.environment, operation, kernels, root, timeout, abort_on_busy=abort_on_busy)
 
     async def _run_suspend(
-        self, operation: Operation, force: bool, origin: str = "user", workload_class: str | None = None
+        self,
+        operation: Operation,
+        force: bool,
+        origin: str = "user",
+        workload_class: str | None = None,
+        measured_work_ended: float | None = None,
     ) -> None:
-        active_work_ended = self._active_work_ended()
+        active_work_ended = measured_work_ended if measured_work_ended is not None else self._active_work_ended()
         self._activity_before_preflight = None
         caps = self.backend.capabilities
         self._transition(State.FLUSHING, operation, wording.FLUSHING)
@@ -459,7 +524,17 @@ class Lifecycle:
             kernels=[k.to_dict() for k in kernels],
             backend=self.backend.describe(),
         )
+        self.last_suspend = {
+            "operation_id": operation.id,
+            "origin": origin,
+            "reason": operation.reason,
+            "workload_class": workload_class,
+            "requested_at": operation.started,
+            "active_work_ended": active_work_ended,
+            "suspended_at": None,
+        }
         try:
+            await self._save_documents(operation)
             flushed = await self._flush(operation, kernels, abort_on_busy=not force and not caps.keeps_live_memory)
         except FlushFailed as exc:
             self._abort(operation, exc)
@@ -499,6 +574,7 @@ class Lifecycle:
                 resume_plan=outcome.resume_plan,
             )
             self._resume_plan = outcome.resume_plan
+            self.last_suspend = {**(self.last_suspend or {}), "suspended_at": time.time()}
             step.finish("ok", "environment released", released=released)
             self._transition(State.SUSPENDED, operation, wording.suspended(caps, outcome))
             self._finish(operation, Outcome.SUCCEEDED, "suspended")

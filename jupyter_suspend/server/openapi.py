@@ -188,6 +188,20 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             },
         }
     },
+    "save-requests": {
+        "post": {
+            "summary": "A JupyterLab page's answer to a save request (the save-requested event sent before every "
+            "suspend's flush): saving, then done with what was saved and what could not be.",
+            "request": "SaveAnswerRequest",
+            "answers": {
+                "200": ("The answer counts for the request.", "SaveAnswerAccepted"),
+                "400": _BAD_REQUEST,
+                "403": _FORBIDDEN,
+                "404": ("No such save request on this server.", "ErrorAnswer"),
+                "409": ("The request is over (the suspend went on), or the page already answered done.", "ErrorAnswer"),
+            },
+        }
+    },
     "openapi.json": {
         "get": {
             "summary": "This document.",

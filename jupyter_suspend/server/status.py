@@ -44,8 +44,26 @@ def status(lifecycle: Lifecycle) -> dict[str, Any]:
         "can_acknowledge": bool(lifecycle.decide(Action.ACKNOWLEDGE)),
         "cold_start": lifecycle.cold_start,
         "last_restore": last_restore,
+        "last_suspend": last_suspend(lifecycle.last_suspend),
         "server": {"boot_id": BOOT_ID},
         "journal": {"path": str(lifecycle.journal.path), "problems": lifecycle.journal_problems},
+    }
+
+
+def last_suspend(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Who suspended last, why, when, and after how long idle (epochs become ISO times)."""
+    if record is None:
+        return None
+    requested, ended = record.get("requested_at"), record.get("active_work_ended")
+    suspended = record.get("suspended_at")
+    return {
+        "operation_id": record.get("operation_id"),
+        "origin": record.get("origin") or "user",
+        "reason": record.get("reason") or "",
+        "workload_class": record.get("workload_class"),
+        "requested_at": utc_iso(requested) if requested else None,
+        "suspended_at": utc_iso(suspended) if suspended else None,
+        "idle_seconds": round(max(0.0, requested - ended), 3) if requested and ended else None,
     }
 
 

@@ -303,3 +303,8 @@ def server_restarted(caps: Capabilities, message: str) -> str:
     if caps.server_survives_suspend or not message:
         return message
     return "The server restarted: this is a new server process, not the one that was suspended. " + message
+
+
+def unsaved_documents(problems: list[str]) -> str:
+    """A suspend stops rather than lose what a JupyterLab page could not save."""
+    return "unsaved documents could not be saved: " + "; ".join(problems) + ". Save them (or close them), then suspend."

@@ -143,11 +143,15 @@ export interface JupyterSuspendApi {
   RestoredCheckpoints: RestoredCheckpoints;
   RestoredCheckpointsByKernel: RestoredCheckpointsByKernel;
   ResumeRequest: ResumeRequest;
+  SaveAnswerAccepted: SaveAnswerAccepted;
+  SaveAnswerRequest: SaveAnswerRequest;
+  SaveRequestEvent: SaveRequestEvent;
   SnapshotDeleted: SnapshotDeleted;
   SnapshotRow: SnapshotRow;
   Snapshots: Snapshots;
   State: State;
   Status: Status;
+  StatusLastSuspend: StatusLastSuspend;
   StatusTimestamp: StatusTimestamp;
   Step: Step;
   SuspendRequest: SuspendRequest;
@@ -1443,6 +1447,10 @@ export interface Status {
   cold_start: ColdStart | null;
   last_restore: LastRestore | null;
   /**
+   * Who started the last suspend, why, when, and after how long idle (null: never suspended). What a returning user is told.
+   */
+  last_suspend?: StatusLastSuspend | null;
+  /**
    * The session's workload class as the idle policy last resolved it (null before its first reading).
    */
   workload_class?: string | null;
@@ -1464,6 +1472,27 @@ export interface Status {
     path: string;
     problems: JournalProblem[];
   };
+}
+export interface StatusLastSuspend {
+  operation_id: string | null;
+  /**
+   * user (toolbar, %suspend, CLI, REST) or idle_policy (automatic).
+   */
+  origin: string;
+  reason: string;
+  /**
+   * The idle policy's class for an automatic suspend.
+   */
+  workload_class: string | null;
+  requested_at: StatusTimestamp | null;
+  /**
+   * When the environment was released (null: the suspend did not release it).
+   */
+  suspended_at: StatusTimestamp | null;
+  /**
+   * Seconds without user activity before the suspend was requested (null: not measured).
+   */
+  idle_seconds: number | null;
 }
 /**
  * 200 answer of POST suspend {"dry_run": true}: what a suspend would keep and lose, per kernel, without doing it.
@@ -1490,6 +1519,25 @@ export interface Preflight {
    * Why a suspend without force would abort now.
    */
   would_abort: string[];
+  /**
+   * The connected JupyterLab pages' unsaved documents, which a suspend saves first (absent: no event bus to ask them).
+   */
+  unsaved_documents?: {
+    /**
+     * How many pages answered.
+     */
+    answered: number;
+    unsaved: {
+      path: string;
+      client_id?: string;
+      [k: string]: unknown | undefined;
+    }[];
+    /**
+     * Why no page was asked (empty: they were).
+     */
+    skipped: string;
+    [k: string]: unknown | undefined;
+  };
   can_suspend: boolean;
 }
 /**
@@ -1518,6 +1566,81 @@ export interface PreflightKernel {
  */
 export interface ResumeRequest {
   reason?: string;
+}
+/**
+ * 200 answer of POST save-requests: the page's answer counts for the save request.
+ */
+export interface SaveAnswerAccepted {
+  request_id: string;
+  client_id: string;
+  accepted: true;
+}
+/**
+ * A JupyterLab page's answer to a save request: 'saving' (with the documents it is saving) as soon as it has the request, then 'done' with what was saved and what could not be, and why.
+ */
+export interface SaveAnswerRequest {
+  /**
+   * The request_id of the save-requested event.
+   */
+  request_id: string;
+  /**
+   * Names the page (random per page load).
+   */
+  client_id: string;
+  state: 'saving' | 'done';
+  /**
+   * The documents the page is saving.
+   *
+   * @maxItems 200
+   */
+  saving?: string[];
+  /**
+   * @maxItems 200
+   */
+  saved?: string[];
+  /**
+   * @maxItems 200
+   */
+  failed?: {
+    path: string;
+    error: string;
+  }[];
+  /**
+   * Dry run: the unsaved documents a suspend would save.
+   *
+   * @maxItems 200
+   */
+  unsaved?: string[];
+}
+/**
+ * Before a suspend's flush (whatever started it), every JupyterLab page is asked to save its unsaved documents and answer on POST jupyter-suspend/api/save-requests; with dry_run, only to list them.
+ */
+export interface SaveRequestEvent {
+  /**
+   * Names the request in every answer.
+   */
+  request_id: string;
+  /**
+   * List the unsaved documents, save nothing (the suspend dialog's dry run).
+   */
+  dry_run: boolean;
+  /**
+   * Why the suspend starts (the suspend's reason).
+   */
+  reason?: string;
+  /**
+   * The suspend operation (empty for a dry run).
+   */
+  operation_id?: string;
+  /**
+   * A page that has not answered by then is not waited for.
+   */
+  answer_within_seconds: number;
+  /**
+   * A page that answered 'saving' is waited for this long at most.
+   */
+  deadline_seconds: number;
+  [k: string]: unknown | undefined;
 }
 /**
  * DELETE jupyter-suspend/api/snapshots/NAME: the snapshot is being deleted (the platform frees its storage through a finalizer) with the trigger that made it.
