@@ -103,6 +103,7 @@ export interface JupyterSuspendApi {
   CliReport: CliReport;
   CliReportCycle: CliReportCycle;
   CliReportHours: CliReportHours;
+  CliReportHoursOrUnknown: CliReportHoursOrUnknown;
   CliReportSummary: CliReportSummary;
   CliResume: CliResume;
   CliResumeState: CliResumeState;
@@ -600,11 +601,36 @@ export interface CliReport {
   generated_at: number;
   journals: string[];
   gpus_per_node: number | null;
+  /**
+   * Whether suspect cycles (odd clocks) are counted in the totals.
+   */
+  include_suspect: boolean;
+  /**
+   * How old the journal's last entry may be while a cycle it shows still suspended is believed.
+   */
+  max_ongoing_hours: number;
+  /**
+   * What a reader of the figures must know: unreadable lines, empty journals, duplicates (counted once), suspect clocks (left out of the totals unless include_suspect).
+   */
   problems: {
+    kind:
+      | 'unreadable_lines'
+      | 'empty_journal'
+      | 'duplicate_journal'
+      | 'duplicate_entries'
+      | 'duplicate_cycle'
+      | 'future_timestamp'
+      | 'suspect_clock';
     environment: string;
     journal: string;
-    count: number;
-    first: {
+    cycle_id: string | null;
+    message: string;
+    /**
+     * The figures leave out what this problem names.
+     */
+    excluded: boolean;
+    count?: number;
+    first?: {
       line: number;
       kind: string;
       excerpt: string;
@@ -617,6 +643,24 @@ export interface CliReport {
     gpus: number | null;
     node_hours: CliReportHours;
     cycles: number;
+    /**
+     * The files read as this environment (copies that share entries are one).
+     */
+    journals: string[];
+    gpu_node_hours: CliReportHoursOrUnknown;
+    /**
+     * GPU-hours of suspends that kept the node (local); null: GPU count unknown.
+     */
+    gpu_hours_kept_allocated: number | null;
+    excluded_cycles: number;
+    /**
+     * Wall-clock jumps the monotonic clock contradicts, taken out of the period (0 with include_suspect).
+     */
+    clock_adjustment_hours: number;
+    /**
+     * The environment whose cycles this one only repeats (a rewritten copy): its period is left out.
+     */
+    copy_of: string | null;
   }[];
   cycles: CliReportCycle[];
   totals: {
@@ -635,10 +679,19 @@ export interface CliReport {
     };
     released_hours: number;
     node_hours_released: number;
+    /**
+     * null when a counted cycle's part is unknown (see *_known and the unknown count)
+     */
     gpu_hours_released: number | null;
     gpu_hours_unknown_cycles: number;
-    kernel_memory_gib_hours: number;
-    gpu_memory_gib_hours: number;
+    /**
+     * null when a counted cycle's part is unknown (see *_known and the unknown count)
+     */
+    kernel_memory_gib_hours: number | null;
+    /**
+     * null when a counted cycle's part is unknown (see *_known and the unknown count)
+     */
+    gpu_memory_gib_hours: number | null;
     data_stored_bytes: number;
     storage_gb_days: number;
     resume_to_runnable_seconds: {
@@ -646,8 +699,46 @@ export interface CliReport {
       p50: number | null;
       p95: number | null;
     };
+    excluded_cycles: number;
+    /**
+     * the sum over the cycles whose GPU count is known; null: none is
+     */
+    gpu_hours_released_known: number | null;
+    /**
+     * GPU-hours of suspends that kept the node (local): allocated, idle; null when a part is unknown
+     */
+    gpu_hours_kept_allocated: number | null;
+    /**
+     * the known parts' sum
+     */
+    gpu_hours_kept_allocated_known: number | null;
+    gpu_hours_kept_allocated_unknown_cycles: number;
+    /**
+     * the known parts' sum
+     */
+    kernel_memory_gib_hours_known: number | null;
+    kernel_memory_unknown_cycles: number;
+    /**
+     * the known parts' sum
+     */
+    gpu_memory_gib_hours_known: number | null;
+    gpu_memory_unknown_cycles: number;
+    /**
+     * Resume attempts that failed (their time is in the wait of the return that followed).
+     */
+    resume_attempts_failed: number;
     node_hours: CliReportHours;
-    gpu_node_hours: CliReportHours;
+    gpu_node_hours: CliReportHoursOrUnknown;
+    /**
+     * GPU-hours over the environments whose GPU count is known (null: none is).
+     */
+    gpu_node_hours_known: {
+      environments: number;
+      observed: number | null;
+      released: number | null;
+      allocated: number | null;
+    };
+    gpu_count_unknown_environments: string[];
   };
   by_class: {
     [k: string]: CliReportSummary | undefined;
@@ -672,6 +763,14 @@ export interface CliReportHours {
   allocated: number | null;
 }
 /**
+ * observed - released = allocated; null: unknown (a GPU count not measured nor given), never 0.
+ */
+export interface CliReportHoursOrUnknown {
+  observed: number | null;
+  released: number | null;
+  allocated: number | null;
+}
+/**
  * One suspend cycle: the interval the node (or memory) was free and what it cost.
  */
 export interface CliReportCycle {
@@ -688,19 +787,45 @@ export interface CliReportCycle {
   node_hours_released: number;
   gpus: number | null;
   gpu_count_source: 'measured' | 'assumed' | 'unknown';
+  /**
+   * GPU-hours given back (0 when nothing was released or the node stays); null: GPU count unknown
+   */
   gpu_hours_released: number | null;
-  kernel_memory_gib_hours: number;
-  gpu_memory_gib_hours: number;
+  /**
+   * null: not measured
+   */
+  kernel_memory_gib_hours: number | null;
+  /**
+   * null: not measured
+   */
+  gpu_memory_gib_hours: number | null;
   checkpoint_bytes: number;
   snapshot_bytes: number | null;
   data_stored_bytes: number;
   storage_gb_days: number;
+  /**
+   * From the first resume request of the return (failed attempts included) to the first runnable cell.
+   */
   resume_to_runnable_seconds: number | null;
   node_other_workloads: 'yes' | 'no' | 'unknown';
   durations: {
     [k: string]: number | null | undefined;
   };
   notes: string[];
+  /**
+   * a suspend that kept its node (local): its GPUs stayed allocated this long; null: count unknown
+   */
+  gpu_hours_kept_allocated: number | null;
+  resume_attempts: number;
+  resume_attempts_failed: number;
+  /**
+   * Why its clocks look wrong (empty: they do not).
+   */
+  suspect: string[];
+  /**
+   * Left out of the totals (suspect without include_suspect, or a repeated cycle).
+   */
+  excluded: boolean;
 }
 /**
  * Totals of a set of cycles (all, or one workload class); docs/cost.md defines each figure.
@@ -721,10 +846,19 @@ export interface CliReportSummary {
   };
   released_hours: number;
   node_hours_released: number;
+  /**
+   * null when a counted cycle's part is unknown (see *_known and the unknown count)
+   */
   gpu_hours_released: number | null;
   gpu_hours_unknown_cycles: number;
-  kernel_memory_gib_hours: number;
-  gpu_memory_gib_hours: number;
+  /**
+   * null when a counted cycle's part is unknown (see *_known and the unknown count)
+   */
+  kernel_memory_gib_hours: number | null;
+  /**
+   * null when a counted cycle's part is unknown (see *_known and the unknown count)
+   */
+  gpu_memory_gib_hours: number | null;
   data_stored_bytes: number;
   storage_gb_days: number;
   resume_to_runnable_seconds: {
@@ -732,6 +866,34 @@ export interface CliReportSummary {
     p50: number | null;
     p95: number | null;
   };
+  excluded_cycles: number;
+  /**
+   * the sum over the cycles whose GPU count is known; null: none is
+   */
+  gpu_hours_released_known: number | null;
+  /**
+   * GPU-hours of suspends that kept the node (local): allocated, idle; null when a part is unknown
+   */
+  gpu_hours_kept_allocated: number | null;
+  /**
+   * the known parts' sum
+   */
+  gpu_hours_kept_allocated_known: number | null;
+  gpu_hours_kept_allocated_unknown_cycles: number;
+  /**
+   * the known parts' sum
+   */
+  kernel_memory_gib_hours_known: number | null;
+  kernel_memory_unknown_cycles: number;
+  /**
+   * the known parts' sum
+   */
+  gpu_memory_gib_hours_known: number | null;
+  gpu_memory_unknown_cycles: number;
+  /**
+   * Resume attempts that failed (their time is in the wait of the return that followed).
+   */
+  resume_attempts_failed: number;
 }
 /**
  * jupyter suspend resume NAME --json: what the resume did and the state it ended in (with --wait: ready, failed or timed_out).
@@ -838,6 +1000,10 @@ export interface CliResume {
    * When joined: who started the resume and when.
    */
   joined?: string;
+  /**
+   * A podsnapshot.gke.io/ps-name pin an older version left on the workload's pod template, removed before the pod was asked for (no pod existed to be rolled). Resume never writes one.
+   */
+  pin_removed?: string;
 }
 /**
  * jupyter suspend simulate --json: the worked example's upper bound and a sweep of idle thresholds (docs/cost.md).
@@ -851,11 +1017,28 @@ export interface CliSimulate {
   source: 'none' | 'journals' | 'synthetic';
   seed: number | null;
   journals: string[];
+  /**
+   * What a reader of the figures must know: unreadable lines, empty journals, duplicates (counted once), suspect clocks (left out of the totals unless include_suspect).
+   */
   problems: {
+    kind:
+      | 'unreadable_lines'
+      | 'empty_journal'
+      | 'duplicate_journal'
+      | 'duplicate_entries'
+      | 'duplicate_cycle'
+      | 'future_timestamp'
+      | 'suspect_clock';
     environment: string;
     journal: string;
-    count: number;
-    first: {
+    cycle_id: string | null;
+    message: string;
+    /**
+     * The figures leave out what this problem names.
+     */
+    excluded: boolean;
+    count?: number;
+    first?: {
       line: number;
       kind: string;
       excerpt: string;
@@ -882,6 +1065,11 @@ export interface CliSimulateClass {
   resume_seconds: number;
   resume_source: 'measured' | 'given' | 'default';
   rows: CliSimulateRow[];
+  /**
+   * Whether the class's backend releases the node (null: mixed or no release seen).
+   */
+  node_released: boolean | null;
+  notes: string[];
 }
 /**
  * One idle threshold: hours the node was free, suspends (interruptions), returns, waiting added, suspends freeing less time than the resume takes.
@@ -1858,11 +2046,32 @@ export interface WorkloadView {
   state: string | null;
   state_message: string | null;
   /**
-   * Workspace status.pauseTime, epoch seconds; null when unset.
+   * Workspace status.pauseTime in epoch seconds (Kubeflow writes milliseconds, the old alpha branch seconds: read by magnitude); null when unset or unreadable.
    */
   pause_time: number | null;
   /**
    * Notebook status.readyReplicas; null for a workspace.
    */
   ready_replicas: number | null;
+  /**
+   * Workspace (null for a notebook): the signs of GKE Workspaces' snapshot add-on on the Workspace and on the own pod.
+   */
+  snapshot_addon: {
+    /**
+     * Annotation podsnapshot.gke.kubeflow.org/checkpoint-state (Checkpointing, Ready, Restoring).
+     */
+    checkpoint_state: string | null;
+    /**
+     * Annotation podsnapshot.gke.kubeflow.org/last-checkpoint-name.
+     */
+    last_checkpoint: string | null;
+    /**
+     * The own pod has the readiness gate podsnapshot.gke.kubeflow.org/active.
+     */
+    pod_readiness_gate: boolean;
+    /**
+     * The own pod's runtimeClassName.
+     */
+    pod_runtime_class: string | null;
+  } | null;
 }
