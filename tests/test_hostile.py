@@ -630,7 +630,13 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
         # Closed, or refused by the HTTP layer itself (a request line it cannot parse): never reaches a handler.
         assert calls == [], calls
         return
-    assert status < 500, (status, answer)
+    if status >= 500:
+        # Only an accepted request meets the API server; on a busy machine its call may outlast the sidecar's
+        # timeout. Then the answer says so (retryable), and the call it made is a call it was allowed to make.
+        assert answer.get("retryable") is True, (status, answer)
+        assert auth == "right", (status, answer)
+        assert calls, (status, answer)
+        return
     if auth != "right" or any(name == "Authorization" for name, _ in extra):
         assert (status, answer.get("error")) == (401, proto.E_UNAUTHORIZED), (auth, answer)
     if status >= 400:
