@@ -568,6 +568,8 @@ def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI,
     thread.join(5)
     assert (code, answer["state"]) == (0, "released"), stderr
     kube_api.patch("apps/v1", "statefulsets", "default", "nb", {"spec": {"replicas": 1}})  # a resume
+    wait_until(lambda: pod_phase(kube_api, "nb-0") == "Running")
+    used_up = kube_api.gke.restore_pod("nb-0", namespace="default")  # ... restored from the released snapshot
     suspend_again = {
         "apiVersion": GKE,
         "kind": "PodSnapshotManualTrigger",
@@ -581,6 +583,7 @@ def test_the_releasers_role_grants_exactly_the_calls_it_makes(kube_api: KubeAPI,
     watcher.round()
     assert watcher.released == [("nb2", ready_snapshot(kube_api, "nb2"))]
     assert replicas(kube_api, "nb") == 1  # resumed: left alone
+    assert watcher.consumed == [("nb", used_up)]  # its used-up snapshot deleted
 
     used = called(kube_api)
     assert ("apps", "statefulsets/scale", "patch") in used

@@ -7,6 +7,7 @@ restored. The sidecar's Role is judged by the real RBAC authorizer."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 import time
@@ -18,7 +19,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tests.cli_helpers import run_cli
+from jupyter_suspend.cli.release import DEFAULT_SELECTOR, Watcher, connect_release_kube
+from tests.cli_helpers import kube_client, run_cli
 from tests.cluster.control_plane import Cluster
 from tests.cluster.fixtures import token_kubeconfig
 from tests.cluster.gke import GKESnapshotController
@@ -137,6 +139,11 @@ def test_a_token_bound_to_the_old_pod_is_refused_after_the_pod_is_replaced(
         api.close()
 
 
+def _has_condition(cluster: Cluster, namespace: str, pod: str, kind: str) -> bool:
+    found = get(cluster, namespace, "pod", pod)
+    return any(c["type"] == kind for c in (found or {}).get("status", {}).get("conditions", []))
+
+
 def _denied(call: Any) -> int:
     try:
         call()
@@ -230,6 +237,27 @@ def test_the_releaser_wins_the_race_with_the_real_statefulset_controller(
     assert snapshots is not None
     labels = [s["metadata"]["labels"]["gke-pod-snapshot-triggered-by"] for s in snapshots["items"]]
     assert labels == [requested["trigger"]]
+    used = snapshots["items"][0]["metadata"]["name"]
+
+    # The user resumes; GKE restores the pod from that snapshot; the releaser (its own identity, its Role judged by
+    # the real authorizer) deletes the used-up snapshot and its trigger, and GKE's finalizer frees the storage.
+    cluster.kubectl("scale", "statefulset", "notebook", "-n", kube_ns, "--replicas=1")
+    wait_for(lambda: ("notebook-0", used) in gke.restored, 60, "the restore")
+    wait_for(lambda: _has_condition(cluster, kube_ns, "notebook-0", "PodRestored"), 30, "PodRestored on the pod")
+    watcher = Watcher(
+        connect_release_kube(kube_client(str(kubeconfig)), kube_ns), DEFAULT_SELECTOR, 0.5, out=io.StringIO()
+    )
+    watcher.round()
+    assert watcher.consumed == [("notebook", used)]
+    wait_for(lambda: not (get(cluster, kube_ns, "podsnapshots") or {"items": []})["items"], 30, "the snapshot gone")
+    assert get(cluster, kube_ns, "podsnapshotmanualtrigger", requested["trigger"]) is None
+    assert len(gke.deleted_storage) == 1
+    assert gke.orphaned_storage == []
+    watcher.round()  # nothing more to do, nothing refused
+    assert watcher.consumed == [("notebook", used)]
+    statefulset = get(cluster, kube_ns, "statefulset", "notebook")
+    assert statefulset is not None
+    assert statefulset["spec"]["replicas"] == 1
 
 
 def test_a_resume_leaves_no_pin_and_no_rollout_deletes_the_restored_pod(

@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Bool, Float, Unicode
 
 from ..common.times import rfc3339 as parse_time
-from ..common.workloads import ORIGIN_POD_ANNOTATION
+from ..common.workloads import (
+    ORIGIN_POD_ANNOTATION,
+    POD_RESTORED_CONDITION,
+    PODSNAPSHOT_GROUP,
+    PODSNAPSHOT_VERSION,
+    TRIGGERED_BY_LABEL,
+)
 from .base import BASE_FLAGS, EXIT_FAILED, EXIT_OK, UsageError
 from .follow import STOPPED_PHASES, condition, is_true, pod_phase
 from .kube import KUBE_ALIASES, KubeCommandApp
@@ -60,6 +66,10 @@ RELEASED_ANNOTATION = "jupyter-suspend/released-snapshot"
 REPLACEMENT_WINDOW = 300.0
 #: Conflicts (409) in a row before a release gives up for this round.
 MAX_CONFLICTS = 5
+
+#: What GKE's PodRestored condition and GKEPodSnapshotting event say: "... from PodSnapshot [<namespace>/]<name>"
+#: (platform-facts section 1).
+RESTORED_FROM = re.compile(r"PodSnapshot (?:[a-z0-9][-a-z0-9]*/)?([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)")
 
 FINAL_STATES = frozenset({"released", "already_released", "checkpoint_failed", "not_found", "timed_out"})
 OK_STATES = frozenset({"released", "already_released"})
@@ -210,6 +220,32 @@ def decide(
     )
 
 
+def consumed_snapshot(
+    sts: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], snapshots: Sequence[Mapping[str, Any]]
+) -> tuple[str, Mapping[str, Any]] | None:
+    """(pod, snapshot): the PodSnapshot the StatefulSet's current pod was restored from, once GKE says the restore is
+    complete (``PodRestored`` True, set after the lazy memory restore). It is used up: the next suspend takes a new
+    one, and while it stays, a crash or a node loss would have GKE restore the pod from it again -- memory from
+    before everything done since, next to files that moved on. Its storage is billed until it is deleted. The
+    sidecar cannot delete it after a restore when its token is the old pod's (refused, 401); the releaser has an
+    identity of its own."""
+    if replicas(sts) == 0:
+        return None
+    own = [pod for pod in pods if owns(sts, pod) and not _meta(pod).get("deletionTimestamp")]
+    if not own:
+        return None
+    pod = max(own, key=lambda p: (_created(p), _rv(p)))
+    restored = condition(pod, POD_RESTORED_CONDITION) or {}
+    if restored.get("status") != "True":
+        return None
+    found = RESTORED_FROM.search(str(restored.get("message") or ""))
+    if found is None:
+        return None
+    name = found.group(1)
+    present = [s for s in snapshots if _meta(s).get("name") == name and not _meta(s).get("deletionTimestamp")]
+    return (str(_meta(pod).get("name")), present[0]) if present else None
+
+
 # --- the API calls --------------------------------------------------------------------------------------------------
 
 
@@ -234,6 +270,26 @@ class ReleaseKube(Kube):
                 name, self.namespace, body, _content_type=MERGE_PATCH, **self._opts()
             )
         )
+
+    def delete_snapshot(self, snapshot: Mapping[str, Any]) -> None:
+        """Delete a listed PodSnapshot (GKE's finalizer frees its storage; its policy stays) and the trigger that
+        made it (its label)."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = str(_meta(snapshot).get("name"))
+        trigger = (_meta(snapshot).get("labels") or {}).get(TRIGGERED_BY_LABEL)
+        self.custom.delete_namespaced_custom_object(
+            PODSNAPSHOT_GROUP, PODSNAPSHOT_VERSION, self.namespace, "podsnapshots", name, **self._opts()
+        )
+        if trigger:
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    PODSNAPSHOT_GROUP, PODSNAPSHOT_VERSION, self.namespace, "podsnapshotmanualtriggers", trigger,
+                    **self._opts(),
+                )  # fmt: skip
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     def mark_released(self, name: str, snapshot: str) -> JSON:
         return self.patch_statefulset(name, {"metadata": {"annotations": {RELEASED_ANNOTATION: snapshot}}})
@@ -402,6 +458,8 @@ class Watcher:
         self.out = out if out is not None else sys.stdout
         self.stopping = threading.Event()
         self.released: list[tuple[str, str]] = []
+        #: (StatefulSet, snapshot) of every consumed snapshot deleted.
+        self.consumed: list[tuple[str, str]] = []
         #: StatefulSet -> the snapshot this watcher released it for, while the record on it is missing.
         self.unrecorded: dict[str, str] = {}
 
@@ -441,6 +499,16 @@ class Watcher:
                 self.say(
                     f"released statefulset/{name} in {self.kube.namespace}: scaled to 0 "
                     f"(PodSnapshot {decision.snapshot} Ready, pod {decision.pod})"
+                )
+                continue
+            used = consumed_snapshot(sts, pods, snapshots)
+            if used is not None:
+                self.kube.delete_snapshot(used[1])
+                snapshot_name = str(_meta(used[1]).get("name"))
+                self.consumed.append((name, snapshot_name))
+                self.say(
+                    f"deleted PodSnapshot {snapshot_name} in {self.kube.namespace}: pod {used[0]} of "
+                    f"statefulset/{name} was restored from it (used up; its storage is freed)"
                 )
 
     def run(self) -> None:

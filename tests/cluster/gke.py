@@ -487,6 +487,20 @@ class GKESnapshotController:
             },
         )
         self.restored.append((pod_name, snapshot))
+        for delay in (1.0, 3.0):
+            self._later(delay, lambda: self._guard(self._keep_condition, pod_name, uid, conditions[-1]))
+
+    def _keep_condition(self, pod_name: str, uid: str, restored: JSON) -> None:
+        """A kubelet keeps the conditions it does not own when it writes a pod's status (PodRestored is GKE's);
+        kwok's stage templates write the conditions list whole and may drop it when they run late. Put it back."""
+        try:
+            pod = self.api.sanitize_for_serialization(self.core.read_namespaced_pod(pod_name, self.namespace))
+        except ApiException:
+            return
+        if pod["metadata"].get("uid") != uid or _condition(pod, "PodRestored") is not None:
+            return
+        conditions = [*((pod.get("status") or {}).get("conditions") or []), restored]
+        self.core.patch_namespaced_pod_status(pod_name, self.namespace, {"status": {"conditions": conditions}})
 
     # -- deletion ------------------------------------------------------------------
     def _delete_storage(self, name: str) -> None:
