@@ -56,6 +56,7 @@ def jp_server_config(jp_server_config: dict[str, Any], state_dir: Path, journal_
     return jp_server_config
 
 
+@pytest.mark.slow
 async def test_metrics_after_a_real_suspend_and_resume(suspend_api: SuspendClient, jp_fetch: Any) -> None:
     session = await suspend_api.open_notebook("model.ipynb")
     await suspend_api.run(session["kernel"]["id"], checkpoint_handler_code())

@@ -20,6 +20,7 @@ from .conftest import SuspendClient
 pytestmark = pytest.mark.skipif(GpuProbe().available, reason="NVML measures the GPUs on this machine")
 
 
+@pytest.mark.slow
 async def test_item8_without_nvml_the_gpu_memory_is_null_in_status_timeline_and_magics(
     suspend_api: SuspendClient,
 ) -> None:

@@ -4,7 +4,9 @@ A configuration mistake must never turn jupyter-suspend off silently (an idle
 GPU that is never released). The server extension reads its traits with
 :class:`CheckedConfigurable`: a value of the wrong type does not abort loading
 (traitlets would raise on the first one, and jupyter_server would only log a
-warning and run on without the extension); it is recorded as a
+warning and run on without the extension: ``ExtensionManager.link_extension`` and
+``load_extension`` catch every exception and log "error linking extension" / "extension failed
+loading" at WARNING, jupyter_server 2.21 ``extension/manager.py``); it is recorded as a
 :class:`Problem` and the trait keeps its default. :func:`number_problems`
 adds the values of the right type that make no sense (negative seconds, a
 percentage above 100). With any problem the extension runs *misconfigured*

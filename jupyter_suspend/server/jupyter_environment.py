@@ -70,7 +70,11 @@ async def close_kernel_websockets(kernel_id: str, timeout: float = WEBSOCKET_CLO
 def kernel_attribute(km: Any, name: str, default: Any = None) -> Any:
     """A kernel manager's attribute, or ``default`` while it has none: jupyter_client lists a starting
     kernel before jupyter_server sets ``last_activity`` and ``execution_state`` on it, and reading a
-    traitlets ``Instance`` that has no value yet raises TraitError (not AttributeError)."""
+    traitlets ``Instance`` that has no value yet raises TraitError (not AttributeError).
+    Checked in the source: jupyter_client ``MultiKernelManager._add_kernel_when_ready`` adds the kernel to
+    ``_kernels`` once it started; jupyter_server ``AsyncMappingKernelManager._async_start_kernel`` sets
+    ``execution_state``/``last_activity`` only after awaiting that (jupyter_server 2.21, jupyter_client 8);
+    ``ServerKernelManager.last_activity`` is ``Instance(datetime)`` without a default."""
     try:
         return getattr(km, name, default)
     except TraitError:
