@@ -383,11 +383,17 @@ def measure(
 
 
 def report(bench: ResumeBench) -> list[str]:
-    """One line per series: median and spread of its seconds and of its per-round ratio to bare."""
-    lines = [f"{'series':26} {'seconds: median (min-max)':>28}   {'ours / bare, per round: median (min-max)':>42}"]
+    """One line per series: median and spread of its seconds, of its per-round ratio
+    to bare, and the ratio of its median to bare's median."""
+    lines = [
+        f"{'series':26} {'seconds: median (min-max)':>28}   {'ours / bare, per round: median (min-max)':>42}"
+        f"   {'median / bare median':>20}"
+    ]
+    bare = Stat(bench.times[BARE]).median
     for name, values in bench.times.items():
         ratio = Stat(bench.ratios[name]).text(unit="") if name in bench.ratios else "-"
-        lines.append(f"{name:26} {Stat(values).text():>28}   {ratio:>42}")
+        of_medians = f"{Stat(values).median / bare:.2f}" if name != BARE else "-"
+        lines.append(f"{name:26} {Stat(values).text():>28}   {ratio:>42}   {of_medians:>20}")
     return lines
 
 

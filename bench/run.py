@@ -205,7 +205,8 @@ def resume_rows(size_mib: int, repeat: int) -> tuple[list[Row], str]:
         rows.append(
             Row(
                 f"(c) resume to runnable cell, {size_mib} MiB array, {resume.DIGEST_NAMES[digest]} ({when}; "
-                f"page cache: {bench.cache.split(' ')[0]}; ratio per round {ratio.low:.2f}-{ratio.high:.2f})",
+                f"page cache: {bench.cache.split(' ')[0]}; ratio per round {ratio.low:.2f}-{ratio.high:.2f}, "
+                f"of the medians {ours.median / bare.median:.2f})",
                 f"new kernel + np.load + cell {bare.text()}",
                 f"POST resume → cell ran {ours.text()}",
                 ratio.median,

@@ -316,11 +316,17 @@ def _checksum_fields(manifest: dict[str, Any]) -> tuple[str, str]:
 # -- file helpers --------------------------------------------------------------
 
 
-def _write_file(path: Path, data: bytes, digest: str) -> str:
+def _write_file(path: Path, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _write_checked(path: Path, data: bytes, digest: str) -> str:
+    """Write a small file (fsynced); its checksum. ``_write_file`` is looked up at
+    each call: tests replace it to fail or block a write (tests/crash_points.py)."""
+    _write_file(path, data)
     return digest_function(digest)(data)
 
 
@@ -501,7 +507,7 @@ class CheckpointStore:
                 **info,
                 "objects": objects,
             }
-            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode(), digest)
+            _write_file(tmp / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
             fsync_directory(tmp)
             final = self.directory / gen_id
             os.rename(tmp, final)
@@ -528,7 +534,7 @@ class CheckpointStore:
                 f"(jupyter_suspend.register({item.name!r}, save=..., restore=...)) or unregister it.",
             ) from exc
         pickle_file = f"{item.name}.pkl"
-        pickle_sum = _write_file(tmp / pickle_file, ser.pickle_bytes, digest)
+        pickle_sum = _write_checked(tmp / pickle_file, ser.pickle_bytes, digest)
         entry: dict[str, Any] = {
             "name": item.name,
             "kind": "object",
@@ -590,7 +596,7 @@ class CheckpointStore:
             file = f"{item.name}.callbacks.pkl"
             entry["callbacks"] = {
                 "file": file,
-                "digest": _write_file(tmp / file, data.pickle_bytes, digest),
+                "digest": _write_checked(tmp / file, data.pickle_bytes, digest),
                 "serializer": data.serializer,
             }
         entry["seconds"] = round(time.perf_counter() - started, 6)
