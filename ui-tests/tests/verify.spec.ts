@@ -122,7 +122,7 @@ test.describe('restore checkpoints after a cold restore (needs the kernel side)'
     await shutdownSessionsUnder(request, tmpPath);
   });
 
-  test('the notification action puts the checkpointed names back into the kernel', async ({
+  test('the cold-restore toast does not offer checkpoints the resume loaded; the command loads them again', async ({
     page,
     request,
     tmpPath
@@ -140,11 +140,21 @@ test.describe('restore checkpoints after a cold restore (needs the kernel side)'
     // The resume put `marker` back; the user then loses it again.
     expect(await runNewCell(page, 'print(marker)\nmarker = 0')).toContain('41');
     // The announcement of this restore (a page announces the restores it saw
-    // end, not older ones).
+    // end, not older ones) does not offer to load what the resume already
+    // loaded (issue 17 item 5).
     const toast = page
       .locator('.Toastify__toast', { hasText: 'Cold restore' })
       .last();
-    await toast.getByRole('button', { name: 'Load checkpoints' }).click();
+    await expect(toast).toContainText('1 checkpoint restored');
+    await expect(
+      toast.getByRole('button', { name: 'Load checkpoints' })
+    ).toHaveCount(0);
+    // Loading them again stays one command away (palette, panel).
+    await page.evaluate(() =>
+      (window as any).galata.app.commands.execute(
+        'jupyter-suspend:restore-checkpoints'
+      )
+    );
     await expect(
       page.locator('.Toastify__toast', { hasText: 'marker' }).first()
     ).toBeVisible();
