@@ -502,7 +502,7 @@ async def test_stop_ends_the_wait_for_pod_restored(tmp_path: Path) -> None:
 
 def test_gke_is_a_backend_name_and_reads_the_journal_it_left() -> None:
     assert load_backend_class("gke") is GKEBackend
-    backend = GKEBackend()
+    backend = GKEBackend(predecessor_wait_seconds=0)  # no sidecar here to wait for (item 8's hold: tested below)
     caps = backend.capabilities
     assert (caps.keeps_live_memory, caps.keeps_gpu_memory, caps.releases_node, caps.needs_sidecar) == (True,) * 4
     assert (caps.server_survives_suspend, caps.resume_from_server) == (False, False)
@@ -575,4 +575,61 @@ def test_item8_readiness_fails_from_before_the_settle_until_the_return(tmp_path:
             assert readiness(port) == 200
         finally:
             server.stop()
+            sidecar.stop()
+
+
+def test_item8_a_pod_started_while_its_predecessors_snapshot_uploads_writes_nothing_until_it_is_ready(
+    tmp_path: Path,
+) -> None:
+    """The StatefulSet controller may replace the stopped pod before the upload ends (until the releaser scales it
+    to 0). That pod's server must not write the volume meanwhile: it writes its first journal line only after the
+    sidecar says the snapshot is Ready."""
+    with KubeAPI() as kube:
+        GKESnapshotController(kube, checkpoint_seconds=0.1, upload_seconds=4.0).attach()
+        make_storage_config(kube)
+        kube.create(installed_policy())
+        uid = make_pod(kube)
+        files = PodFiles(tmp_path / "podinfo")
+        files.reset(uid)
+        sidecar = OwnTokenSidecar(kube, tmp_path / "sidecar", REQUIRE_ARGS, pod_uid=uid)
+        sidecar.start()
+        first = GKEServer(tmp_path, tmp_path / "state", sidecar, files, uid)
+        first.start()
+        second: GKEServer | None = None
+        try:
+            seq = first.last_seq()
+            first.api("POST", "suspend", {"reason": "lunch"}, expect=202)
+            requested = first.wait_journal("gke_snapshot_requested", after=seq)
+            first.stop(signal.SIGKILL)  # frozen and stopped with its pod: the journal ends at the request
+            lines_before = len(first.journal())
+
+            new_uid = new_pod(kube)
+            files.reset(new_uid)  # a new pod, not a restore
+            second = GKEServer(tmp_path, tmp_path / "state", sidecar, files, new_uid, backend="gke")
+            second.start()
+            ready_at = None
+            while ready_at is None:
+                snaps = kube.list(GKE, "podsnapshots", NAMESPACE)
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for s in snaps
+                    for c in (s.get("status") or {}).get("conditions") or []
+                ):
+                    ready_at = time.time()
+                else:
+                    assert len(second.journal()) == lines_before, "written while the snapshot was uploading"
+                    time.sleep(0.05)
+            status = second.wait(lambda s: not (s["operation"] or {}).get("in_progress"), 60)
+            new_entries = second.journal()[lines_before:]
+            assert new_entries, status
+            assert new_entries[0]["kind"] == "recovered"
+            from jupyter_suspend.common.times import rfc3339_epoch
+
+            first_write = rfc3339_epoch(new_entries[0]["time"])
+            assert first_write is not None
+            assert first_write >= ready_at - 0.5, (first_write, ready_at)  # the poll above sees Ready a little late
+            assert requested["trigger"] in second.log_path.read_text()  # it said what it waited for
+        finally:
+            if second is not None:
+                second.stop()
             sidecar.stop()

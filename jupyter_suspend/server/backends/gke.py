@@ -46,6 +46,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,8 @@ EV_POD_RESTORED = "gke_pod_restored"
 EV_DELETED = "gke_snapshot_deleted"
 EV_COLD = "gke_cold_start"
 
+#: Seconds a new server waits for a silent sidecar before it stops waiting for the predecessor's snapshot.
+PREDECESSOR_SIDECAR_SILENCE = 30.0
 #: Seconds a health check of the sidecar may take.
 HEALTH_TIMEOUT = 3.0
 #: The next step of every abort: the session was never interrupted.
@@ -267,6 +270,13 @@ class GKEBackend(SidecarBackend):
     pod_restored_poll = Float(
         5.0, config=True, help="Seconds between two reads of the pod's conditions after a return."
     )
+    predecessor_wait_seconds = Float(
+        1800.0,
+        config=True,
+        help="At start-up, when the journal shows a snapshot request whose end it never saw: seconds to wait, "
+        "writing nothing, for the sidecar to say that snapshot is Ready or failed (a pod started while its "
+        "predecessor's snapshot uploads must not write the volume). 0: do not wait.",
+    )
     delete_consumed_snapshot = Bool(
         True,
         config=True,
@@ -297,6 +307,8 @@ class GKEBackend(SidecarBackend):
         self._background: set[asyncio.Task[None]] = set()
         #: The read of the sidecar facts in flight (the notes and the blockers of a dry run share it).
         self._facts: asyncio.Future[_SidecarFacts] | None = None
+        #: At start-up: the previous pod's snapshot this process waited for (see :meth:`recall`); None: none.
+        self.predecessor: dict[str, Any] | None = None
         self.readiness = (
             ReadinessServer(self.readiness_host, self.readiness_port).start() if self.readiness_port else None
         )
@@ -788,8 +800,72 @@ class GKEBackend(SidecarBackend):
 
     def recall(self, entries: list[dict[str, Any]]) -> None:
         """The journal entries of the last suspend cycle a previous process wrote
-        (called by the core at start-up, before :meth:`interpret_cold_start`)."""
+        (called by the core at start-up, before :meth:`interpret_cold_start` and before its first journal write).
+
+        If that cycle requested a snapshot whose end this journal never saw, the snapshot may still be uploading:
+        this pod was then started by the StatefulSet controller while its predecessor's snapshot is not Ready, and
+        GKE warns that volume writes after a checkpoint risk a failed or inconsistent restore. So nothing is
+        written (the core writes only after this returns) until the sidecar says the snapshot is Ready or failed
+        -- the releaser scales the StatefulSet to 0 once it is Ready, which usually ends this pod first."""
         self._cycle = list(entries)
+        self.predecessor = self._hold_while_predecessor_uploads()
+
+    def _unfinished_trigger(self) -> str | None:
+        """The trigger of the last cycle's snapshot request, if no later entry says how it ended."""
+        ended = {EV_READY, EV_ABORTED, EV_RETURNED, EV_COLD, EV_STOPPED}
+        for entry in reversed(self._cycle):
+            if entry.get("kind") in ended:
+                return None
+            if entry.get("kind") == EV_REQUESTED:
+                trigger = entry.get("trigger")
+                return trigger if isinstance(trigger, str) and trigger else None
+        return None
+
+    def _hold_while_predecessor_uploads(self) -> dict[str, Any] | None:
+        trigger = self._unfinished_trigger()
+        if trigger is None or self.predecessor_wait_seconds <= 0:
+            return None
+        if self.readiness is not None:
+            self.readiness.suspending()  # not serving yet: stay out of the Service
+        started = time.monotonic()
+        self.log.warning(
+            "jupyter-suspend: the previous pod's snapshot (trigger %s) may still be uploading; this server writes "
+            "nothing until it is Ready or failed (at most %g s)",
+            trigger,
+            self.predecessor_wait_seconds,
+        )
+        with ThreadPoolExecutor(max_workers=1) as pool:  # recall() is synchronous; the client is not
+            phase = pool.submit(asyncio.run, self._predecessor_phase(trigger)).result()
+        waited = round(time.monotonic() - started, 3)
+        self.log.info("jupyter-suspend: the previous pod's snapshot is %s (waited %.1f s)", phase, waited)
+        if self.readiness is not None:
+            self.readiness.ready()
+        return {"trigger": trigger, "phase": phase, "waited_seconds": waited}
+
+    async def _predecessor_phase(self, trigger: str) -> str:
+        """``ready`` / ``failed`` / ``gone`` (the trigger no longer exists) / ``unknown`` (no answer in time)."""
+        deadline = time.monotonic() + self.predecessor_wait_seconds
+        client = self.client()
+        silent_since: float | None = None
+        while time.monotonic() < deadline:
+            # A sidecar that never answers (not in this pod) cannot tell: do not hold the server for long.
+            if silent_since is not None and time.monotonic() - silent_since > PREDECESSOR_SIDECAR_SILENCE:
+                return "unknown"
+            try:
+                wait = max(0.0, min(self.follow_interval, deadline - time.monotonic(), proto.MAX_WAIT_SECONDS))
+                view = await client.follow(trigger, wait=wait)
+                if view["phase"] in proto.TERMINAL_PHASES:
+                    return str(view["phase"])
+                silent_since = None
+            except SidecarError as exc:
+                if exc.status == 404:
+                    return "gone"
+                silent_since = None
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            except SidecarUnavailable:  # the sidecar may still be starting
+                silent_since = silent_since if silent_since is not None else time.monotonic()
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return "unknown"
 
     def _last(self, kind: str) -> dict[str, Any] | None:
         return next((e for e in reversed(self._cycle) if e.get("kind") == kind), None)
