@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.build import KUBERNETES_VERSION
 from tests.cluster.control_plane import Cluster
 from tests.cluster.fixtures import service_account_token, token_kubeconfig
+from tests.cluster.notebook import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -23,17 +23,6 @@ TOLERATE_GPU_NODES = [
     {"key": "sandbox.gke.io/runtime", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
 ]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
 
 
 def test_components_are_the_pinned_release_and_ready(cluster: Cluster) -> None:
