@@ -119,6 +119,11 @@ def test_the_real_api_server_calls_the_injector_for_opted_in_pods(
     assert token_mounts, "the sidecar mounts its token"
     assert not token_mounts & {m["name"] for m in main.get("volumeMounts", [])}, "the notebook has no token"
     assert stored["spec"].get("automountServiceAccountToken") is False
+    # The ServiceAccount admission plugin runs before mutating webhooks and has already mounted the default token
+    # (kube-api-access-*) when the injector sees the pod: the injector removed it, so the notebook has none.
+    assert not [name for name in volumes if name.startswith("kube-api-access-")], volumes
+    secret_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert not [m for m in main.get("volumeMounts", []) if m["mountPath"].startswith(secret_dir)], main
 
     plain = _create_pod(cluster, _pod(kube_ns, "not-opted-in", {"app": "other"}))
     assert _names(plain) == ["main"]
