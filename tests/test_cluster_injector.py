@@ -119,8 +119,9 @@ def test_the_real_api_server_calls_the_injector_for_opted_in_pods(
     assert token_mounts, "the sidecar mounts its token"
     assert not token_mounts & {m["name"] for m in main.get("volumeMounts", [])}, "the notebook has no token"
     assert stored["spec"].get("automountServiceAccountToken") is False
-    # The ServiceAccount admission plugin runs before mutating webhooks and has already mounted the default token
-    # (kube-api-access-*) when the injector sees the pod: the injector removed it, so the notebook has none.
+    # The ServiceAccount admission plugin runs before MutatingAdmissionWebhook (k8s.io/kubernetes v1.37.2,
+    # pkg/kubeapiserver/options/plugins.go, AllOrderedPlugins), so the pod the injector sees already mounts the
+    # default token (kube-api-access-*); the injector removes it: the notebook container has none.
     assert not [name for name in volumes if name.startswith("kube-api-access-")], volumes
     secret_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
     assert not [m for m in main.get("volumeMounts", []) if m["mountPath"].startswith(secret_dir)], main
