@@ -565,10 +565,15 @@ def test_item7_workspace_resume_unpauses_and_pins_nothing(kube_api: KubeAPI, kub
             "kind": "Workspace",
             "metadata": {"name": "ws", "namespace": "default"},
             "spec": {"paused": True, "kind": "jupyterlab", "podTemplate": {"podMetadata": {"labels": {"a": "b"}}}},
-            "status": {"state": "Paused", "stateMessage": "paused by the culler"},
+            # The controller names the pod with a generated suffix and says so in the status.
+            "status": {
+                "state": "Paused",
+                "stateMessage": "paused by the culler",
+                "podTemplatePod": {"name": "ws-ws-x7k2p-0", "nodeName": ""},
+            },
         }
     )
-    kube_api.create(snapshot("snap-ws", origin_pod="ws-0"))
+    kube_api.create(snapshot("snap-ws", origin_pod="ws-ws-x7k2p-0"))
     done = run_cli("resume", "ws", "--kind=workspace", "--snapshot=snap-ws", "--json", kubeconfig=kubeconfig)
     assert done.code == 0, done.stderr
     assert validate_output(done.json(), "resume")["action"] == "resumed"

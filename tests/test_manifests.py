@@ -878,10 +878,17 @@ def test_the_releaser_role_writes_only_the_scale_and_its_annotation(rendered: di
     }
     assert not any("*" in triple for triple in granted)
     writes = {t for t in granted if t[2] not in ("get", "list", "watch")}
-    assert writes == {("apps", "statefulsets/scale", "patch"), ("apps", "statefulsets", "patch")}
-    # PodSnapshots are GKE's; the releaser only reads them, and never deletes a pod itself.
+    assert writes == {
+        ("apps", "statefulsets/scale", "patch"),
+        ("apps", "statefulsets", "patch"),
+        # a snapshot a restore used up, and the trigger that made it (release.consumed_snapshot)
+        (SNAPSHOT_GROUP, "podsnapshots", "delete"),
+        (SNAPSHOT_GROUP, "podsnapshotmanualtriggers", "delete"),
+    }
+    # PodSnapshots are GKE's: the releaser never creates or changes one, and never deletes a pod itself.
     assert {t for t in granted if t[1] in ("podsnapshots", "pods")} == {
         (SNAPSHOT_GROUP, "podsnapshots", "list"),
+        (SNAPSHOT_GROUP, "podsnapshots", "delete"),
         ("", "pods", "list"),
     }
 

@@ -292,6 +292,14 @@ class WorkspaceWorkload(Workload):
     def pod_selector(self, obj: JSON) -> str:
         return f"{WORKSPACE_NAME_LABEL}={self.name}"
 
+    def pod_names(self, obj: JSON) -> list[str]:
+        """The workspace controller names its StatefulSet with a generated suffix (pod ``ws-<name>-<suffix>-0``), so
+        the pod's name cannot be derived from the Workspace's; its status says it (``status.podTemplatePod.name``,
+        upstream's WorkspacePodStatus, kubeflow/notebooks notebooks-v2 api/v1beta1). Whether it stays set while the
+        workspace is paused is unverified; the pods found by label are added by the caller."""
+        name = ((obj.get("status") or {}).get("podTemplatePod") or {}).get("name")
+        return [str(name)] if isinstance(name, str) and name else []
+
     def pinned(self, obj: JSON) -> str | None:
         metadata = (((obj.get("spec") or {}).get("podTemplate") or {}).get("podMetadata")) or {}
         return (metadata.get("annotations") or {}).get(PIN_SNAPSHOT_ANNOTATION)
