@@ -80,7 +80,9 @@ def cache_root() -> Path:
 def build_key() -> str:
     digest = hashlib.sha256(go_version().encode())
     # The recipe (flags, packages, stages) decides the binaries too; comments in this file do not.
-    digest.update(repr((_ldflags(), sorted(BINARIES.items()), _KWOK_STAGES)).encode())
+    # Relative module folders: a clone elsewhere (CI's) reuses the same build.
+    recipe = sorted((name, str(module.relative_to(HERE)), package) for name, (module, package) in BINARIES.items())
+    digest.update(repr((_ldflags(), recipe, _KWOK_STAGES)).encode())
     for name in _INPUTS:
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes())
     return digest.hexdigest()[:16]
