@@ -179,6 +179,24 @@ export async function confirmSuspend(
 }
 
 /** The timeline: one row per cycle, newest first. */
+/** The timeline's GPU-hours total: "not measured" when no cycle was (never 0), and how many were not. */
+export function gpuHoursText(
+  totals: ITimeline['totals'],
+  trans: TranslationBundle
+): string {
+  if (totals.gpu_hours_released === null) {
+    return trans.__('not measured');
+  }
+  const text = totals.gpu_hours_released.toFixed(3);
+  return totals.gpu_hours_unknown_cycles > 0
+    ? trans.__(
+        '%1 (%2 cycle(s) not measured)',
+        text,
+        totals.gpu_hours_unknown_cycles
+      )
+    : text;
+}
+
 export function TimelineBody(props: {
   timeline: ITimeline;
   trans: TranslationBundle;
@@ -200,7 +218,7 @@ export function TimelineBody(props: {
           timeline.totals.cycles,
           timeline.totals.resumed,
           timeline.totals.aborted,
-          timeline.totals.gpu_hours_released.toFixed(3)
+          gpuHoursText(timeline.totals, trans)
         )}
       </p>
       <table className="jp-suspend-timeline-table">

@@ -512,8 +512,12 @@ export function describeCycle(
   }
   lines.push(...cycleDurations(cycle, trans));
   const totals = cycle.released_totals;
-  if (totals && totals.gpu_hours > 0) {
-    lines.push(trans.__('GPU hours released: %1', totals.gpu_hours.toFixed(3)));
+  const gpuHours = totals ? totals.gpu_hours : undefined;
+  if (gpuHours === null) {
+    // No NVML: unknown, which is not the same as none.
+    lines.push(trans.__('GPU hours released: not measured'));
+  } else if (gpuHours !== undefined && gpuHours > 0) {
+    lines.push(trans.__('GPU hours released: %1', gpuHours.toFixed(3)));
   }
   for (const note of cycle.notes) {
     if (note) {

@@ -193,7 +193,8 @@ async def test_failed_checkpoint_aborts_and_keeps_session(suspend_api: SuspendCl
     assert reply["stdout"].strip() == "42"
     timeline = await suspend_api.json("GET", "timeline")
     assert timeline["cycles"][-1]["outcome"] == "aborted"
-    assert timeline["cycles"][-1]["released_totals"]["gpu_hours"] == 0
+    assert timeline["cycles"][-1]["released_totals"]["gpu_hours"] == 0  # nothing released: known, not unknown
+    assert timeline["totals"]["gpu_hours_unknown_cycles"] == 0
 
 
 async def test_missing_notebook_aborts_suspend(suspend_api: SuspendClient) -> None:

@@ -41,6 +41,9 @@ async def test_item8_without_nvml_the_gpu_memory_is_null_in_status_timeline_and_
     assert cycle["released_totals"]["gpu_memory_gib_hours"] is None
     assert cycle["released_totals"]["gpu_measured"] is False
     assert cycle["released_totals"]["kernel_memory_gib_hours"] > 0
+    assert cycle["released_totals"]["gpu_hours"] is None  # a release happened and nothing measured its GPUs
+    assert timeline["totals"]["gpu_hours_released"] is None
+    assert timeline["totals"]["gpu_hours_unknown_cycles"] == 1
     text = format_status(status, timeline, None)
     assert "GPU-hours not measured (nvidia-ml-py is not installed)" in text or "GPU-hours not measured (NVML" in text
     assert "0.0000 GPU-hours" not in text
@@ -70,14 +73,21 @@ def test_item8_an_older_journal_that_wrote_0_reads_back_as_not_measured() -> Non
     ]
     for entry in entries:
         entry.update(monotonic=entry["wall"], boot_id="b", pid=1)
-    cycle = build(entries, now=1002.0 + 3600)["cycles"][-1]
+    timeline = build(entries, now=1002.0 + 3600)
+    cycle = timeline["cycles"][-1]
+    assert cycle["released_totals"]["gpu_hours"] is None  # the old journal's 0 GPUs were never looked at
+    assert timeline["totals"]["gpu_hours_released"] is None
+    assert timeline["totals"]["gpu_hours_unknown_cycles"] == 1
     assert cycle["released"]["gpu_memory_bytes"] is None
     assert cycle["released"]["per_kernel"]["k1"]["gpu_memory_bytes"] is None
     assert cycle["released_totals"]["gpu_memory_gib_hours"] is None
     # Measured by NVML: the number stays, 0 included.
     measured = {**released, "gpu_measurement": "nvml", "gpu_devices": ["0:A100"]}
     entries[2] = {**entries[2], "released": measured}
-    cycle = build(entries, now=1002.0 + 3600)["cycles"][-1]
+    timeline = build(entries, now=1002.0 + 3600)
+    cycle = timeline["cycles"][-1]
+    assert timeline["totals"]["gpu_hours_released"] == pytest.approx(1.0, abs=0.01)
+    assert timeline["totals"]["gpu_hours_unknown_cycles"] == 0
     assert cycle["released"]["gpu_memory_bytes"] == 0
     assert cycle["released_totals"]["gpu_measured"] is True
     assert cycle["released_totals"]["gpu_hours"] == pytest.approx(1.0, abs=0.01)

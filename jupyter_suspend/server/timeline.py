@@ -75,8 +75,9 @@ def cycle_to_dict(c: Cycle, now: float) -> dict[str, Any]:
     out["released_totals"] = {
         "kernel_memory_gib_hours": round(released.get("kernel_memory_bytes", 0) / 2**30 * hours, 6),
         "gpu_memory_gib_hours": round((released.get("gpu_memory_bytes") or 0) / 2**30 * hours, 6) if measured else None,
-        # Devices NVML saw x hours; 0 when it saw none, and then gpu_measured says whether it looked at all.
-        "gpu_hours": round(gpus * hours, 6),
+        # Devices NVML saw x hours (0 when it looked and saw none, or when nothing was released: an aborted
+        # suspend); null when a release happened and nothing looked (no NVML): unknown, never 0 GPU-hours.
+        "gpu_hours": round(gpus * hours, 6) if measured or released_seconds is None else None,
         "gpu_measured": measured,
         "ongoing": released_until is None and released_seconds is not None,
     }
@@ -87,13 +88,20 @@ def build(entries: list[dict[str, Any]], now: float | None = None) -> dict[str, 
     """The timeline answer: every cycle, oldest first, and the totals."""
     now = time.time() if now is None else now
     cycle_dicts = [cycle_to_dict(c, now) for c in replay(entries).cycles]
+    # Cycles that released something (an aborted suspend released nothing, so it is neither known nor unknown).
+    released_cycles = [c for c in cycle_dicts if c["durations"]["suspended"] is not None]
+    gpu_hours = [c["released_totals"]["gpu_hours"] for c in released_cycles]
+    known = [hours for hours in gpu_hours if hours is not None]
     return {
         "cycles": cycle_dicts,
         "totals": {
             "cycles": len(cycle_dicts),
             "resumed": sum(1 for c in cycle_dicts if c["outcome"] == "resumed"),
             "aborted": sum(1 for c in cycle_dicts if c["outcome"] == "aborted"),
-            "gpu_hours_released": round(sum(c["released_totals"]["gpu_hours"] for c in cycle_dicts), 6),
+            # The sum of the measured cycles; null when none was measured; the unmeasured ones are counted apart
+            # (the shape of `jupyter suspend report`'s totals).
+            "gpu_hours_released": round(sum(known), 6) if known else None,
+            "gpu_hours_unknown_cycles": len(gpu_hours) - len(known),
             "kernel_memory_gib_hours_released": round(
                 sum(c["released_totals"]["kernel_memory_gib_hours"] for c in cycle_dicts), 6
             ),

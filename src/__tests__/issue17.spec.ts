@@ -17,7 +17,14 @@ import { SuspendedRunGuard } from '../runguard';
 import { SAVE_EVENT_SCHEMA_ID, SaveRequestResponder } from '../saverequests';
 import { dismissWhenShown, settle, TOAST_SETTLE_MS } from '../toasts';
 import type { IStatus } from '../tokens';
-import { statusIn, statusReadyCold, statusSuspended } from './fixtures';
+import { gpuHoursText } from '../dialogs';
+import { describeCycle } from '../display';
+import {
+  statusIn,
+  statusReadyCold,
+  statusSuspended,
+  timeline
+} from './fixtures';
 import { trans } from './helpers';
 
 function context(path: string): DocumentRegistry.Context {
@@ -300,5 +307,30 @@ describe('toast changes are never lost (the stale "Suspended" toast)', () => {
     expect(Notification.manager.notifications.find(n => n.id === id)).toBe(
       undefined
     );
+  });
+});
+
+describe('"not measured" is never shown as 0 GPU-hours (item 8)', () => {
+  it('says not measured for a recorded release without NVML, per cycle and in the totals', () => {
+    // Recorded from a real server on a machine without NVML.
+    const recorded = timeline();
+    const cycle = recorded.cycles[recorded.cycles.length - 1];
+    expect(cycle.released_totals.gpu_hours).toBeNull();
+    expect(describeCycle(cycle, trans)).toContain(
+      'GPU hours released: not measured'
+    );
+    expect(gpuHoursText(recorded.totals, trans)).toBe('not measured');
+  });
+
+  it('gives the measured sum and counts the cycles that were not measured', () => {
+    const totals = {
+      ...timeline().totals,
+      gpu_hours_released: 2.5,
+      gpu_hours_unknown_cycles: 1
+    };
+    expect(gpuHoursText(totals, trans)).toBe('2.500 (1 cycle(s) not measured)');
+    expect(
+      gpuHoursText({ ...totals, gpu_hours_unknown_cycles: 0 }, trans)
+    ).toBe('2.500');
   });
 });

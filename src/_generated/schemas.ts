@@ -1315,9 +1315,9 @@ export interface Cycle {
      */
     gpu_memory_gib_hours: number | null;
     /**
-     * GPU devices NVML saw x hours released; with gpu_measured false nothing was measured.
+     * GPU devices NVML saw x hours released (0: NVML looked and saw none); null: not measured (gpu_measured false).
      */
-    gpu_hours: number;
+    gpu_hours: number | null;
     /**
      * NVML measured the GPUs of this release (gpu_measurement nvml); always sent by this version, absent from older recordings.
      */
@@ -1939,7 +1939,14 @@ export interface Timeline {
     cycles: number;
     resumed: number;
     aborted: number;
-    gpu_hours_released: number;
+    /**
+     * The sum over the cycles whose GPUs were measured; null when none was.
+     */
+    gpu_hours_released: number | null;
+    /**
+     * Cycles that released their node or environment without a GPU measurement (no NVML): their GPU-hours are unknown, not 0.
+     */
+    gpu_hours_unknown_cycles: number;
     kernel_memory_gib_hours_released: number;
   };
 }
