@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from jupyter_suspend.server.jupyter_environment import kernel_attribute
 
 from .conftest import SuspendClient
 
 
+@pytest.mark.slow  # seconds: the fast loop (README, Development) leaves it to the full suite
 async def test_item10_a_dry_run_while_a_kernel_starts_answers_200(
     suspend_api: SuspendClient, jp_serverapp: Any
 ) -> None:

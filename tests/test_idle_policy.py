@@ -384,6 +384,7 @@ def test_decide_in_order_state_running_cell_threshold_min_running_guard() -> Non
     )
 
 
+@pytest.mark.slow  # seconds: the fast loop (README, Development) leaves it to the full suite
 async def test_item10_an_automatic_suspends_idle_before_is_the_idle_time_its_reason_names(
     suspend_api: SuspendClient, jp_ws_fetch: Any, state_dir: Path
 ) -> None:

@@ -118,6 +118,7 @@ async def test_flush_records_hashes_and_verify_says_live_then_mismatch(
     assert [e["verdict"] for e in journal(state_dir) if e["kind"] == "verified"] == ["LIVE", "LIVE", "MISMATCH"]
 
 
+@pytest.mark.slow  # seconds: the fast loop (README, Development) leaves it to the full suite
 async def test_cold_resume_restores_names_and_verify_says_cold(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:

@@ -121,6 +121,7 @@ async def test_item3_a_document_the_page_cannot_save_aborts_the_suspend(
     assert step(status, "flush.save")["status"] == "failed"
 
 
+@pytest.mark.slow  # seconds: the fast loop (README, Development) leaves it to the full suite
 async def test_item3_a_page_that_does_not_finish_saving_by_the_deadline_aborts_the_suspend(
     suspend_api: SuspendClient, jp_ws_fetch: Any
 ) -> None:
@@ -206,6 +207,7 @@ async def test_item3_the_window_ends_early_once_every_listener_answered() -> Non
     assert not report.problems
 
 
+@pytest.mark.slow  # seconds: the fast loop (README, Development) leaves it to the full suite
 @pytest.mark.parametrize("suspend_config", [{"flush_kernel_timeout": 60.0}])
 async def test_item4_a_busy_kernel_does_not_keep_a_suspend_flushing_for_the_whole_timeout(
     suspend_api: SuspendClient,

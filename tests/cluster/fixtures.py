@@ -108,7 +108,12 @@ def kustomize(cluster: Cluster, folder: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m deselection reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests on the control plane run last, together: it starts once, and the Jupyter tests before them do
-    not share two cores with an idle API server, controllers and kwok."""
+    not share two cores with an idle API server, controllers and kwok. Each is also ``slow`` (starting the
+    control plane takes seconds), so the fast loop (-m "not slow") never starts it."""
+    for item in items:
+        if item.get_closest_marker("cluster") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)
