@@ -138,6 +138,10 @@ class GKESnapshotController:
         #: While True, restores wait: PodRestored comes only after the lazy memory restore, which can be
         #: many seconds after the pod runs (platform-facts §1); a test holds it to see the time in between.
         self.restores_held = False
+        #: With postCheckpoint: stop, whether the pod is stopped at the checkpoint (False) or only once the upload
+        #: is done (True). GKE freezes the pod during the upload (platform-facts §1); when the API first shows it
+        #: Completed is not documented (unverified): a frozen pod that never finishes uploading still "runs".
+        self.stop_after_upload = False
         self.api = config.new_client_from_config(str(cluster.workdir / "gke-controller.kubeconfig"))
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -373,14 +377,19 @@ class GKESnapshotController:
         )
         if not checkpoint_ok:
             return
-        if ((policy.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint") == "stop":
-            self.core.patch_namespaced_pod(
-                pod_name, self.namespace, {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
-            )
-            self.stopped_pods.append(pod_name)
-        self._later(self.upload_seconds, lambda: self._guard(self._uploaded, snapshot_name, pod_name))
+        stop = ((policy.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint") == "stop"
+        stop_later = stop and self.stop_after_upload
+        if stop and not stop_later:
+            self._stop_pod(pod_name)
+        self._later(self.upload_seconds, lambda: self._guard(self._uploaded, snapshot_name, pod_name, stop_later))
 
-    def _uploaded(self, snapshot: str, pod_name: str) -> None:
+    def _stop_pod(self, pod_name: str) -> None:
+        self.core.patch_namespaced_pod(
+            pod_name, self.namespace, {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
+        )
+        self.stopped_pods.append(pod_name)
+
+    def _uploaded(self, snapshot: str, pod_name: str, stop: bool = False) -> None:
         current = self._get("podsnapshots", snapshot)
         if current is None or self.behaviour == "never_ready":
             return
@@ -407,6 +416,8 @@ class GKESnapshotController:
                 "storageStatus": {"gcs": {"observedGCSPath": f"gs://simulated/{self.namespace}/{pod_name}/{snapshot}"}},
             },
         )
+        if stop:
+            self._stop_pod(pod_name)
 
     def seed_snapshot(self, origin_pod: str, pod: JSON, policy: str = "notebook-snapshots") -> str:
         """A Ready PodSnapshot of ``origin_pod`` as an earlier suspend left it (``pod``: the pod's spec as
