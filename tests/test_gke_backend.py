@@ -372,7 +372,10 @@ def test_snapshot_never_ready_times_out_and_aborts(pod: Pod) -> None:
 
 def _failing_webhook(namespace: str) -> dict[str, Any]:
     """A validating webhook on trigger creates in ``namespace`` whose server does not answer: with
-    failurePolicy Fail the real API server answers 500 InternalError ("failed calling webhook")."""
+    failurePolicy Fail the real API server refuses the request as an InternalError (500, "Internal error
+    occurred: failed calling webhook ..."; Kubernetes documentation "Dynamic Admission Control", failure
+    policy; the same message in public reports, e.g. harness/developer-hub's knowledge base). The test checks
+    that answer itself (dry run) before relying on it."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
