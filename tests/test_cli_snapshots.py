@@ -1,6 +1,11 @@
-"""``jupyter suspend snapshots list|delete|prune``: the real command (a subprocess) with a kubeconfig for the loopback
-Kubernetes API and the simulated GKE snapshot controller (tests/kubeapi/gke.py), whose finalizer frees a deleted
-snapshot's storage only while its policy exists. Every ``--json`` document is validated against cli-snapshots.json."""
+"""``jupyter suspend snapshots list|delete|prune``: the real command on the real API server of tests/cluster/,
+acting with a TokenRequest token of a ServiceAccount that holds exactly the Role docs/snapshots.md documents
+for the caller (judged by the real RBAC authorizer), beside the simulated GKE snapshot controller
+(tests/cluster/gke.py), whose finalizer frees a deleted snapshot's storage only while its policy exists
+(platform-facts §1, "Cleanup"). Every ``--json`` document is validated against cli-snapshots.json.
+
+Bad arguments and the pure rules need no API server: their kubeconfig names a listening socket that counts
+the connections made to it (none may be)."""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import contextlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from importlib.resources import files
 from pathlib import Path
@@ -31,53 +38,33 @@ from jupyter_suspend.cli.snapshots import (
     matches_selector,
     parse_duration,
 )
-from tests.kubeapi import KubeAPI, condition, wait_until
-from tests.kubeapi.gke import GKESnapshotController
+from tests.cluster.control_plane import Cluster
+from tests.cluster.fixtures import token_kubeconfig
+from tests.cluster.gke import GKESnapshotController
+from tests.cluster.notebook import wait_for
 
-GKE = "podsnapshot.gke.io/v1"
-NS = "team-b"
+GROUP, VERSION = "podsnapshot.gke.io", "v1"
+GKE = f"{GROUP}/{VERSION}"
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("cli-snapshots.json").read_text())
+PLURALS = ("podsnapshots", "podsnapshotmanualtriggers", "podsnapshotpolicies")
+
+#: docs/snapshots.md, "RBAC for the caller", as a Role: what the command needs, nothing more.
+CALLER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [GROUP], "resources": ["podsnapshots"], "verbs": ["list", "delete"]},
+    {"apiGroups": [GROUP], "resources": ["podsnapshotmanualtriggers"], "verbs": ["list", "delete"]},
+    {"apiGroups": [GROUP], "resources": ["podsnapshotpolicies"], "verbs": ["list", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
+]
 
 
-@dataclass
-class Cluster:
-    kube: KubeAPI
-    gke: GKESnapshotController
-    kubeconfig: str
+def read_only(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**rule, "verbs": [v for v in rule["verbs"] if v == "list"]} for rule in rules]
 
-    def run(self, *args: str, own_process: bool = False) -> subprocess.CompletedProcess[str]:
-        """The command in this process (importing the Kubernetes client costs seconds per process), or with
-        ``own_process`` as the installed executable runs it."""
-        argv = ["snapshots", *args, "--kubeconfig", self.kubeconfig]
-        if own_process:
-            return subprocess.run(
-                [sys.executable, "-m", "jupyter_suspend.cli.app", *argv],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                cwd=ROOT,
-                env={**os.environ, "HOME": str(Path(self.kubeconfig).parent)},
-            )
-        return in_process(argv[1:])
 
-    def json(self, *args: str, expect: int = 0) -> dict[str, Any]:
-        done = self.run(*args, "--json")
-        assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
-        document = json.loads(done.stdout)
-        Draft202012Validator(SCHEMA).validate(document)
-        return dict(document)
-
-    def snapshot_names(self) -> set[str]:
-        return {s["metadata"]["name"] for s in self.kube.list(GKE, "podsnapshots", NS)}
-
-    def everything(self) -> list[tuple[str, str, str | None]]:
-        """Every snapshot object, trigger and policy with its deletion mark: to show that nothing changed."""
-        out = []
-        for plural in ("podsnapshots", "podsnapshotmanualtriggers", "podsnapshotpolicies"):
-            for obj in self.kube.list(GKE, plural, NS):
-                out.append((plural, obj["metadata"]["name"], obj["metadata"].get("deletionTimestamp")))
-        return sorted(out, key=str)
+def without_snapshot_delete(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**r, "verbs": ["list"]} if r["resources"] == ["podsnapshots"] else r for r in rules]
 
 
 def in_process(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -97,45 +84,151 @@ def in_process(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(["snapshots", *argv], int(code or 0), out.getvalue(), err.getvalue())
 
 
-def policy(name: str, app: str) -> dict[str, Any]:
-    return {
-        "apiVersion": GKE,
-        "kind": "PodSnapshotPolicy",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": app}}, "triggerConfig": {"type": "manual"}},
-    }
+def run(kubeconfig: Path, *args: str, own_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """The command in this process (importing the Kubernetes client costs seconds per process), or with
+    ``own_process`` as the installed executable runs it."""
+    argv = ["snapshots", *args, "--kubeconfig", str(kubeconfig)]
+    if own_process:
+        return subprocess.run(
+            [sys.executable, "-m", "jupyter_suspend.cli.app", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "HOME": str(kubeconfig.parent)},
+        )
+    return in_process(argv[1:])
 
 
-def pod(kube: KubeAPI, name: str, app: str) -> None:
-    kube.create(
-        {
+@dataclass
+class Env:
+    cluster: Cluster
+    namespace: str
+    gke: GKESnapshotController
+    admin: Any  # kubernetes.client.ApiClient with the admin's certificate
+    tmp: Path
+    kubeconfig: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kubeconfig = self.caller("snapshots-caller", CALLER_RULES)
+
+    def caller(self, name: str, rules: list[dict[str, Any]]) -> Path:
+        """A ServiceAccount bound to a Role of ``rules``; a kubeconfig with a TokenRequest token of it."""
+        documents = [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}, "rules": rules},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
+            },
+        ]
+        self.cluster.kubectl(
+            "create", "--validate=strict", "-n", self.namespace, "-f", "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
+        )  # fmt: skip
+        token = self.cluster.kubectl("create", "token", name, "-n", self.namespace).strip()
+        (self.tmp / name).mkdir(exist_ok=True)
+        return token_kubeconfig(self.cluster, self.tmp / name / "kubeconfig", token, self.namespace)
+
+    def run(self, *args: str, own_process: bool = False, kubeconfig: Path | None = None) -> Any:
+        return run(kubeconfig or self.kubeconfig, *args, own_process=own_process)
+
+    def json(self, *args: str, expect: int = 0, kubeconfig: Path | None = None) -> dict[str, Any]:
+        done = self.run(*args, "--json", kubeconfig=kubeconfig)
+        assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
+        document = json.loads(done.stdout)
+        Draft202012Validator(SCHEMA).validate(document)
+        return dict(document)
+
+    @property
+    def custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.admin)
+
+    def objects(self, plural: str) -> list[dict[str, Any]]:
+        return list(self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)["items"])
+
+    def get(self, plural: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, plural: str, body: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, body)
+
+    def delete(self, plural: str, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
+
+    def snapshot_names(self) -> set[str]:
+        return {s["metadata"]["name"] for s in self.objects("podsnapshots")}
+
+    def everything(self) -> list[tuple[str, str, str | None, str]]:
+        """Every snapshot object, trigger and policy with its deletion mark and resourceVersion (any write the
+        API server accepted changes it): to show that nothing changed."""
+        out = []
+        for plural in PLURALS:
+            for obj in self.objects(plural):
+                meta = obj["metadata"]
+                out.append((plural, meta["name"], meta.get("deletionTimestamp"), meta["resourceVersion"]))
+        return sorted(out, key=str)
+
+    def policy(self, name: str, app: str) -> None:
+        self.create(
+            "podsnapshotpolicies",
+            {
+                "apiVersion": GKE,
+                "kind": "PodSnapshotPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "storageConfigName": "jupyter-suspend",
+                    "selector": {"matchLabels": {"app": app}},
+                    "triggerConfig": {"type": "manual"},
+                },
+            },
+        )
+
+    def pod(self, name: str, app: str) -> None:
+        """A pod the real scheduler places on a fake GPU node (it tolerates their taints)."""
+        pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
-            "spec": {"containers": [{"name": "notebook", "image": "jupyter-suspend:0.1.0"}]},
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {
+                "containers": [{"name": "notebook", "image": "jupyter-suspend:0.1.0"}],
+                "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+            },
         }
-    )
-    kube.patch_status("v1", "pods", NS, name, {"phase": "Running"})
+        self.cluster.kubectl("create", "--validate=strict", "-n", self.namespace, "-f", "-", input=json.dumps(pod))
+
+    def snapshot(self, pod_name: str, trigger: str) -> str:
+        """A snapshot as a suspend makes one: a manual trigger, then GKE's snapshot, once Ready."""
+        self.trigger(pod_name, trigger)
+
+        def made() -> str | None:
+            current = self.get("podsnapshotmanualtriggers", trigger) or {}
+            name = ((current.get("status") or {}).get("snapshotCreated") or {}).get("name")
+            snapshot = self.get("podsnapshots", name) if name else None
+            ready = _condition(snapshot, "Ready")
+            return name if ready and ready["status"] == "True" else None
+
+        return str(wait_for(made, 30, f"the snapshot of trigger {trigger} Ready"))
+
+    def trigger(self, pod_name: str, trigger: str) -> None:
+        body = {"apiVersion": GKE, "kind": "PodSnapshotManualTrigger", "metadata": {"name": trigger}}
+        self.create("podsnapshotmanualtriggers", {**body, "spec": {"targetPod": pod_name}})
 
 
-def snapshot(cluster: Cluster, pod_name: str, trigger: str) -> str:
-    """A snapshot as a suspend makes one: a manual trigger, then GKE's snapshot, once Ready."""
-    cluster.kube.create(
-        {
-            "apiVersion": GKE,
-            "kind": "PodSnapshotManualTrigger",
-            "metadata": {"name": trigger, "namespace": NS},
-            "spec": {"targetPod": pod_name},
-        }
-    )
-
-    def made() -> str | None:
-        current = cluster.kube.get(GKE, "podsnapshotmanualtriggers", NS, trigger) or {}
-        name = ((current.get("status") or {}).get("snapshotCreated") or {}).get("name")
-        ready = condition(cluster.kube.get(GKE, "podsnapshots", NS, name), "Ready") if name else None
-        return name if ready and ready["status"] == "True" else None
-
-    return str(wait_until(made, timeout=10))
+def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
 def ago(days: float) -> str:
@@ -143,42 +236,85 @@ def ago(days: float) -> str:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with KubeAPI() as kube:
-        gke = GKESnapshotController(kube, checkpoint_seconds=0.02, upload_seconds=0.02).attach()
-        for env in ("nb-a", "nb-b"):
-            kube.create(policy(f"pol-{env}", env))
-            pod(kube, f"{env}-0", env)
-        yield Cluster(kube, gke, kube.kubeconfig(tmp_path / "kubeconfig", namespace=NS))
-        assert not kube.controller_errors, kube.controller_errors
+def env(cluster: Cluster, kube_ns: str, admin_api: Any, tmp_path: Path) -> Iterator[Env]:
+    # The finalizer takes 1.5 s: a command that deleted a policy without waiting for its snapshots to be gone
+    # would delete it while the finalizer still needs it, and orphan the storage.
+    with GKESnapshotController(
+        cluster, kube_ns, checkpoint_seconds=0.05, upload_seconds=0.05, finalizer_seconds=1.5
+    ) as gke:
+        the_env = Env(cluster, kube_ns, gke, admin_api, tmp_path)
+        for name in ("nb-a", "nb-b"):
+            the_env.policy(f"pol-{name}", name)
+            the_env.pod(f"{name}-0", name)
+        yield the_env
+    assert not gke.errors, gke.errors
 
 
 @pytest.fixture
-def history(cluster: Cluster) -> dict[str, list[str]]:
+def history(env: Env) -> dict[str, list[str]]:
     """nb-a: three snapshots a second apart (oldest first), nb-b: one; and a trigger that failed."""
     a = []
     for i in range(3):
         if i:
             time.sleep(1.05)  # creationTimestamp has whole seconds: "newest" must be decidable
-        a.append(snapshot(cluster, "nb-a-0", f"nb-a-t{i}"))
-    b = [snapshot(cluster, "nb-b-0", "nb-b-t0")]
-    cluster.gke.behaviour = "trigger_fails"
-    cluster.kube.create(
-        {
-            "apiVersion": GKE,
-            "kind": "PodSnapshotManualTrigger",
-            "metadata": {"name": "nb-a-failed", "namespace": NS},
-            "spec": {"targetPod": "nb-a-0"},
-        }
-    )
-    wait_until(lambda: condition(cluster.kube.get(GKE, "podsnapshotmanualtriggers", NS, "nb-a-failed"), "Triggered"))
-    cluster.gke.behaviour = "succeed"
+        a.append(env.snapshot("nb-a-0", f"nb-a-t{i}"))
+    b = [env.snapshot("nb-b-0", "nb-b-t0")]
+    env.gke.behaviour = "trigger_fails"
+    env.trigger("nb-a-0", "nb-a-failed")
+    wait_for(lambda: _condition(env.get("podsnapshotmanualtriggers", "nb-a-failed"), "Triggered"), 30, "failed")
+    env.gke.behaviour = "succeed"
     return {"nb-a": a, "nb-b": b}
 
 
+class Recorder:
+    """The order in which objects disappear from the real API server (watch DELETED events), per plural."""
+
+    def __init__(self, cluster: Cluster, namespace: str, plurals: tuple[str, ...]) -> None:
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(str(cluster.admin_kubeconfig))
+        self.custom = client.CustomObjectsApi(self.api)
+        self.namespace = namespace
+        self.events: list[tuple[float, str, str, str]] = []  # (monotonic time, plural, type, name)
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._watch, args=(p,), daemon=True) for p in plurals]
+        for thread in self.threads:
+            thread.start()
+
+    def _watch(self, plural: str) -> None:
+        from kubernetes import watch
+
+        stream = watch.Watch()
+        call = self.custom.list_namespaced_custom_object
+        try:
+            for event in stream.stream(call, GROUP, VERSION, self.namespace, plural, timeout_seconds=120):
+                with self.lock:
+                    self.events.append((time.monotonic(), plural, event["type"], event["object"]["metadata"]["name"]))
+                if self.stopped.is_set():
+                    stream.stop()
+        except Exception as exc:  # noqa: BLE001 - the connection closed by stop(); otherwise the test says so
+            if not self.stopped.is_set():
+                self.errors.append(f"{plural}: {exc!r}")
+
+    def deleted_at(self, plural: str, name: str) -> float | None:
+        with self.lock:
+            return next((t for t, p, kind, n in self.events if (p, kind, n) == (plural, "DELETED", name)), None)
+
+    def seen(self, plural: str, name: str) -> bool:
+        with self.lock:
+            return any((p, n) == (plural, name) for _, p, _, n in self.events)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.api.close()
+
+
+@pytest.mark.cluster
 @pytest.mark.slow
-def test_list_one_environment_and_the_namespace(cluster: Cluster, history: dict[str, list[str]]) -> None:
-    one = cluster.json("list", "nb-a")
+def test_list_one_environment_and_the_namespace(env: Env, history: dict[str, list[str]]) -> None:
+    one = env.json("list", "nb-a")
     assert one["command"] == "list"
     assert one["target"] == {"kind": "statefulset", "name": "nb-a", "all": False}
     assert [s["name"] for s in one["snapshots"]] == history["nb-a"][::-1]  # newest first, nb-b's not listed
@@ -190,18 +326,18 @@ def test_list_one_environment_and_the_namespace(cluster: Cluster, history: dict[
     assert newest["ready"] is True
     assert newest["trigger"] == "nb-a-t2"
     assert newest["last_access"] is not None
-    assert newest["size_bytes"] is None  # GKE reports no size the command knows of: unknown, not guessed
-    assert 0 <= newest["age_seconds"] < 60
+    assert newest["size_bytes"] is None  # GKE documents no size field: unknown, not guessed
+    assert 0 <= newest["age_seconds"] < 120
     stale = one["stale"]
     assert [t["name"] for t in stale["triggers_without_snapshot"]] == ["nb-a-failed"]
     assert "made no snapshot (Failed)" in stale["triggers_without_snapshot"][0]["why"]
     assert stale["snapshots_without_policy"] == []
 
-    every = cluster.json("list", "--all")
+    every = env.json("list", "--all")
     assert {s["name"] for s in every["snapshots"]} == set(history["nb-a"] + history["nb-b"])
     assert every["target"] == {"kind": None, "name": None, "all": True}
 
-    text = cluster.run("list", "nb-a", own_process=True)  # the command as installed, once
+    text = env.run("list", "nb-a", own_process=True)  # the command as installed, once
     assert text.returncode == 0, text.stderr
     header, *rows = text.stdout.splitlines()[:4]
     assert header.split() == ["NAME", "POD", "AGE", "SIZE", "POLICY", "READY", "LAST", "ACCESS", "TRIGGER"]
@@ -209,147 +345,218 @@ def test_list_one_environment_and_the_namespace(cluster: Cluster, history: dict[
     assert "stale trigger nb-a-failed" in text.stdout
 
 
-def test_list_by_owner_kind(cluster: Cluster) -> None:
+@pytest.mark.cluster
+def test_list_by_owner_kind(env: Env) -> None:
     """A Workspace's pods belong to the StatefulSet it owns (ws-<name>); a Notebook's to the one named after it."""
-    cluster.kube.create(policy("pol-ws", "ws"))
-    cluster.kube.create(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {
-                "name": "ws-lab",
-                "namespace": NS,
-                "labels": {"notebooks.kubeflow.org/workspace-name": "lab"},
+    env.policy("pol-ws", "ws")
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "ws-lab", "labels": {"notebooks.kubeflow.org/workspace-name": "lab"}},
+        "spec": {
+            "replicas": 0,
+            "serviceName": "ws-lab",
+            # Not the pod's labels: the real StatefulSet controller would adopt the pod and, at 0 replicas, delete it.
+            "selector": {"matchLabels": {"statefulset": "ws-lab"}},
+            "template": {
+                "metadata": {"labels": {"statefulset": "ws-lab"}},
+                "spec": {"containers": [{"name": "main", "image": "jupyter-suspend:0.1.0"}]},
             },
-            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "ws"}}, "template": {}},
-        }
-    )
-    pod(cluster.kube, "ws-lab-0", "ws")
-    made = snapshot(cluster, "ws-lab-0", "ws-t0")
-    assert [s["name"] for s in cluster.json("list", "lab", "--kind", "workspace")["snapshots"]] == [made]
-    assert cluster.json("list", "ws-lab", "--kind", "notebook")["snapshots"][0]["name"] == made
-    missing = cluster.run("list", "nope", "--kind", "workspace")
+        },
+    }
+    env.cluster.kubectl("create", "--validate=strict", "-n", env.namespace, "-f", "-", input=json.dumps(statefulset))
+    env.pod("ws-lab-0", "ws")
+    made = env.snapshot("ws-lab-0", "ws-t0")
+    assert [s["name"] for s in env.json("list", "lab", "--kind", "workspace")["snapshots"]] == [made]
+    assert env.json("list", "ws-lab", "--kind", "notebook")["snapshots"][0]["name"] == made
+    missing = env.run("list", "nope", "--kind", "workspace")
     assert missing.returncode == 1
     assert "no StatefulSet belongs to workspace nope" in missing.stderr
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
-def test_delete_removes_the_snapshot_and_its_trigger(cluster: Cluster, history: dict[str, list[str]]) -> None:
+def test_delete_removes_the_snapshot_and_its_trigger(env: Env, history: dict[str, list[str]]) -> None:
     target = history["nb-a"][0]
-    stored = cluster.kube.get(GKE, "podsnapshots", NS, target)
+    stored = env.get("podsnapshots", target)
     assert stored is not None
     path = stored["status"]["storageStatus"]["gcs"]["observedGCSPath"]
-    document = cluster.json("delete", target)
+    document = env.json("delete", target)
     assert document["deleted"] == [{"snapshot": target, "trigger": "nb-a-t0", "policy": "pol-nb-a"}]
-    wait_until(lambda: target not in cluster.snapshot_names(), timeout=10)
-    assert cluster.kube.get(GKE, "podsnapshotmanualtriggers", NS, "nb-a-t0") is None
-    assert cluster.gke.deleted_storage == [path]  # freed through the finalizer
-    assert cluster.gke.orphaned_storage == []
+    wait_for(lambda: target not in env.snapshot_names(), 30, "the deleted snapshot gone")
+    assert env.get("podsnapshotmanualtriggers", "nb-a-t0") is None
+    assert env.gke.deleted_storage == [path]  # freed through the finalizer
+    assert env.gke.orphaned_storage == []
     # A missing one: exit 1, said; the others in the same call are still deleted.
-    before = cluster.everything()
-    done = cluster.json("delete", "nb-a-0-00000000", history["nb-b"][0], expect=1)
+    before = env.everything()
+    done = env.json("delete", "nb-a-0-00000000", history["nb-b"][0], expect=1)
     assert done["errors"] == [
-        {"name": "nb-a-0-00000000", "message": f"no PodSnapshot nb-a-0-00000000 in namespace {NS}"}
+        {"name": "nb-a-0-00000000", "message": f"no PodSnapshot nb-a-0-00000000 in namespace {env.namespace}"}
     ]
     assert [d["snapshot"] for d in done["deleted"]] == history["nb-b"]
-    assert cluster.everything() != before
+    assert env.everything() != before
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
-def test_prune_by_count_with_a_dry_run_that_changes_nothing(cluster: Cluster, history: dict[str, list[str]]) -> None:
-    before = cluster.everything()
-    cluster.kube.reset_calls()
-    dry = cluster.json("prune", "nb-a", "--keep", "1", "--dry-run")
+def test_prune_by_count_with_a_dry_run_that_changes_nothing(env: Env, history: dict[str, list[str]]) -> None:
+    before = env.everything()
+    # The dry run acts as an identity that may only list: any write it tried would be a real 403 (exit 1).
+    lister = env.caller("snapshots-lister", read_only(CALLER_RULES))
+    dry = env.json("prune", "nb-a", "--keep", "1", "--dry-run", kubeconfig=lister)
     assert dry["dry_run"] is True
     assert [d["snapshot"] for d in dry["deleted"]] == history["nb-a"][1::-1]  # all but the newest
     assert dry["kept"] == [{"name": history["nb-a"][2], "why": "one of the 1 newest"}]
-    assert cluster.everything() == before
-    assert not [c for c in cluster.kube.calls if c.verb != "list"], cluster.kube.calls
+    assert env.everything() == before
 
-    done = cluster.json("prune", "nb-a", "--keep", "1")
+    done = env.json("prune", "nb-a", "--keep", "1")
     assert [d["snapshot"] for d in done["deleted"]] == history["nb-a"][1::-1]
     assert {d["trigger"] for d in done["deleted"]} == {"nb-a-t0", "nb-a-t1"}
-    wait_until(lambda: cluster.snapshot_names() == {history["nb-a"][2], history["nb-b"][0]}, timeout=10)
-    assert len(cluster.gke.deleted_storage) == 2
-    assert cluster.gke.orphaned_storage == []
+    wait_for(lambda: env.snapshot_names() == {history["nb-a"][2], history["nb-b"][0]}, 30, "two pruned gone")
+    assert len(env.gke.deleted_storage) == 2
+    assert env.gke.orphaned_storage == []
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
-def test_prune_by_age_uses_the_last_access(cluster: Cluster, history: dict[str, list[str]]) -> None:
+def test_prune_by_age_uses_the_last_access(env: Env, history: dict[str, list[str]]) -> None:
     stale_one, fresh_one = history["nb-a"][0], history["nb-a"][1]
-    cluster.kube.patch_status(GKE, "podsnapshots", NS, stale_one, {"lastAccessTime": ago(10)})
-    cluster.kube.patch_status(GKE, "podsnapshots", NS, fresh_one, {"lastAccessTime": ago(3)})
-    done = cluster.json("prune", "--all", "--older-than", "7d")
+    env.gke.touch(stale_one, ago(10))
+    env.gke.touch(fresh_one, ago(3))
+    done = env.json("prune", "--all", "--older-than", "7d")
     assert [d["snapshot"] for d in done["deleted"]] == [stale_one]
     # Both rules: older than 2 days AND beyond the newest one; the newest stays whatever its age.
-    cluster.kube.patch_status(GKE, "podsnapshots", NS, history["nb-a"][2], {"lastAccessTime": ago(30)})
-    done = cluster.json("prune", "nb-a", "--older-than", "2d", "--keep", "1")
+    env.gke.touch(history["nb-a"][2], ago(30))
+    done = env.json("prune", "nb-a", "--older-than", "2d", "--keep", "1")
     assert [d["snapshot"] for d in done["deleted"]] == [fresh_one]
-    assert history["nb-a"][2] in cluster.snapshot_names()
+    assert history["nb-a"][2] in env.snapshot_names()
 
 
-def test_prune_never_orphans_storage(cluster: Cluster) -> None:
+@pytest.mark.cluster
+def test_prune_never_orphans_storage(env: Env) -> None:
     """Snapshots first, their policy only once a fresh list shows none referring to it; a snapshot whose policy
     is already gone is left and reported, since deleting it could never free its storage."""
     # What the finalizer does when the order is wrong (the simulation's rule): policy first -> orphaned.
-    cluster.kube.create(policy("pol-wrong", "wrong"))
-    pod(cluster.kube, "wrong-0", "wrong")
-    wrong = snapshot(cluster, "wrong-0", "wrong-t0")
-    cluster.kube.delete(GKE, "podsnapshotpolicies", NS, "pol-wrong")
-    cluster.kube.delete(GKE, "podsnapshots", NS, wrong)
-    wait_until(lambda: cluster.gke.orphaned_storage, timeout=10)
-    cluster.gke.orphaned_storage.clear()
+    env.policy("pol-wrong", "wrong")
+    env.pod("wrong-0", "wrong")
+    wrong = env.snapshot("wrong-0", "wrong-t0")
+    env.delete("podsnapshotpolicies", "pol-wrong")
+    env.delete("podsnapshots", wrong)
+    wait_for(lambda: env.gke.orphaned_storage, 30, "the storage orphaned")
+    env.gke.orphaned_storage.clear()
 
     # An environment that has gone (no pod): its snapshots and its policy are what prune --policies cleans up.
-    cluster.kube.create(policy("pol-gone", "gone"))
-    pod(cluster.kube, "gone-0", "gone")
-    made = [snapshot(cluster, "gone-0", f"gone-t{i}") for i in range(2)]
-    cluster.kube.delete("v1", "pods", NS, "gone-0")
+    env.policy("pol-gone", "gone")
+    env.pod("gone-0", "gone")
+    made = [env.snapshot("gone-0", f"gone-t{i}") for i in range(2)]
+    env.cluster.kubectl("delete", "pod", "gone-0", "-n", env.namespace, "--grace-period=0", "--force")
     # And one whose policy someone already deleted (the finalizer cannot free it).
-    cluster.kube.create(policy("pol-lost", "lost"))
-    pod(cluster.kube, "lost-0", "lost")
-    lost = snapshot(cluster, "lost-0", "lost-t0")
-    cluster.kube.delete(GKE, "podsnapshotpolicies", NS, "pol-lost")
+    env.policy("pol-lost", "lost")
+    env.pod("lost-0", "lost")
+    lost = env.snapshot("lost-0", "lost-t0")
+    env.delete("podsnapshotpolicies", "pol-lost")
 
-    cluster.kube.reset_calls()
-    done = cluster.json("prune", "--all", "--keep", "0", "--policies")
-    assert sorted(d["snapshot"] for d in done["deleted"]) == sorted(made)
-    assert done["policies_deleted"] == ["pol-gone"]
-    assert {"name": "pol-nb-a", "why": "it matches pod nb-a-0"} in done["policies_kept"]
-    kept = {k["name"]: k["why"] for k in done["kept"]}
-    assert "its policy pol-lost is gone" in kept[lost]
-    assert cluster.gke.orphaned_storage == []
-    assert len(cluster.gke.deleted_storage) == 2  # the two pruned
-    assert cluster.kube.get(GKE, "podsnapshotpolicies", NS, "pol-gone") is None
-    assert lost in cluster.snapshot_names()
-    # The order on the wire: the snapshots' deletes, then lists until they were gone, then the policy's delete.
-    calls = [(c.verb, c.resource, c.name) for c in cluster.kube.calls]
-    policy_delete = calls.index(("delete", "podsnapshotpolicies", "pol-gone"))
-    snapshot_deletes = [i for i, c in enumerate(calls) if c[:2] == ("delete", "podsnapshots")]
-    assert len(snapshot_deletes) == 2
-    assert max(snapshot_deletes) < policy_delete
-    assert ("list", "podsnapshots", None) in calls[max(snapshot_deletes) + 1 : policy_delete]
+    recorder = Recorder(env.cluster, env.namespace, ("podsnapshots", "podsnapshotpolicies"))
+    try:
+        wait_for(lambda: recorder.seen("podsnapshotpolicies", "pol-gone") and recorder.seen("podsnapshots", lost),
+                 30, "the watches started")  # fmt: skip
+        done = env.json("prune", "--all", "--keep", "0", "--policies")
+        assert sorted(d["snapshot"] for d in done["deleted"]) == sorted(made)
+        assert done["policies_deleted"] == ["pol-gone"]
+        assert {"name": "pol-nb-a", "why": "it matches pod nb-a-0"} in done["policies_kept"]
+        kept = {k["name"]: k["why"] for k in done["kept"]}
+        assert "its policy pol-lost is gone" in kept[lost]
+        assert env.gke.orphaned_storage == []
+        assert len(env.gke.deleted_storage) == 2  # the two pruned
+        assert env.get("podsnapshotpolicies", "pol-gone") is None
+        assert lost in env.snapshot_names()
+        # The order on the real API server: both snapshots were gone (their finalizer done, 1.5 s after their
+        # deletes) before the policy was deleted.
+        policy_gone = wait_for(lambda: recorder.deleted_at("podsnapshotpolicies", "pol-gone"), 30, "policy event")
+        snapshots_gone = [recorder.deleted_at("podsnapshots", name) for name in made]
+        assert None not in snapshots_gone, recorder.events
+        assert max(t for t in snapshots_gone if t is not None) < policy_gone, recorder.events
+        assert recorder.errors == []
+    finally:
+        recorder.stop()
     # What remains is reported: the snapshot without its policy, and the triggers of snapshots now gone.
     stale = done["stale"]
     assert stale["snapshots_without_policy"][0]["name"] == lost
     assert stale["snapshots_without_policy"][0]["gcs_path"]
     assert "pol-gone" not in stale["policies_matching_no_pod"]
-    text = cluster.run("prune", "--all", "--keep", "0", "--dry-run")
+    text = env.run("prune", "--all", "--keep", "0", "--dry-run")
     assert f"snapshot {lost} has lost its policy pol-lost" in text.stdout
     # delete refuses it as well, and says what to do.
-    refused = cluster.json("delete", lost, expect=1)
+    refused = env.json("delete", lost, expect=1)
     assert refused["deleted"] == []
     assert "recreate the policy" in refused["errors"][0]["message"]
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
-def test_an_api_refusal_is_said_and_exits_1(cluster: Cluster, history: dict[str, list[str]]) -> None:
-    cluster.kube.fail_next("delete", "podsnapshots", 403, reason="Forbidden", message="no delete for you")
-    done = cluster.run("prune", "nb-a", "--keep", "2")
+def test_an_api_refusal_is_said_and_exits_1(env: Env, history: dict[str, list[str]]) -> None:
+    """A caller whose Role lacks delete on podsnapshots: the real authorizer's 403, said in one line."""
+    no_delete = env.caller("snapshots-no-delete", without_snapshot_delete(CALLER_RULES))
+    done = env.run("prune", "nb-a", "--keep", "2", kubeconfig=no_delete)
     assert done.returncode == 1, done.stderr
-    assert "refused a call (403 Forbidden): no delete for you" in done.stderr
+    assert "refused a call (403 Forbidden)" in done.stderr, done.stderr
+    assert 'cannot delete resource "podsnapshots" in API group "podsnapshot.gke.io"' in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    assert cluster.snapshot_names() >= set(history["nb-a"])  # the refused delete deleted nothing
+    assert env.snapshot_names() >= set(history["nb-a"])  # the refused delete deleted nothing
+
+
+class Listener:
+    """A TCP socket a kubeconfig points at: it counts the connections made to it (an API call would be one)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def listener() -> Iterator[Listener]:
+    listening = Listener()
+    yield listening
+    listening.close()
+
+
+@pytest.fixture
+def dead_end(tmp_path: Path, listener: Listener) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{listener.port}"}}],
+        "users": [{"name": "x", "user": {"token": "not-a-token"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x", "namespace": "team-b"}}],
+        "current-context": "x",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
 
 
 @pytest.mark.parametrize(
@@ -370,15 +577,15 @@ def test_an_api_refusal_is_said_and_exits_1(cluster: Cluster, history: dict[str,
         (("bogus",), "unknown command"),
     ],
 )
-def test_bad_arguments_exit_2_and_touch_nothing(cluster: Cluster, args: tuple[str, ...], said: str) -> None:
-    cluster.kube.reset_calls()
-    done = cluster.run(
-        *args, own_process=True
-    )  # nothing imports the Kubernetes client before the arguments are checked
+def test_bad_arguments_exit_2_and_touch_nothing(
+    dead_end: Path, listener: Listener, args: tuple[str, ...], said: str
+) -> None:
+    before = listener.connections
+    done = run(dead_end, *args, own_process=True)  # nothing imports the Kubernetes client before the arguments
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert said in done.stderr
     assert done.stdout == ""
-    assert cluster.kube.calls == []
+    assert listener.connections == before  # not one connection to the API server named in the kubeconfig
 
 
 def test_pure_rules() -> None:

@@ -4,8 +4,10 @@ is what is shown, in this process elsewhere (the same application, faster).
 
 * local backend: prepare, a resume from outside, verify -> COLD, told honestly, exit 0; prepare
   again, the server restarted with a changed kernel spec (a new configuration), verify --resume of a
-  StatefulSet (loopback Kubernetes API) then of the server -> COLD and the table names the changed
-  variable, exit 0; wrong states, foreign notebooks and records, a failed outside resume -> nothing done;
+  StatefulSet (on the real API server of tests/cluster/: its real StatefulSet controller makes the pod,
+  the real scheduler places it on a fake GPU node, kwok runs it) then of the server -> COLD and the table
+  names the changed variable, exit 0; wrong states, foreign notebooks and records, a failed outside
+  resume -> nothing done;
 * a snapshot-like platform (``tests.backends:SnapshotLikeBackend``, which keeps the kernel
   processes): a kernel without jupyter_suspend -> exit 1; verify -> LIVE; the kernel restarted by
   hand afterwards while the server still says live -> MISMATCH, exit 1;
@@ -30,9 +32,9 @@ import nbformat
 import pytest
 from jsonschema import Draft202012Validator
 
-from .cli_helpers import statefulset, write_kubeconfig
-from .kubeapi import KubeAPI
-from .kubeapi.workloads import StatefulSetController
+from .cli_helpers import statefulset
+from .cluster.control_plane import Cluster
+from .cluster.notebook import get, running_pod
 from .servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -110,8 +112,9 @@ def kernel_spec(server: ServerProcess, channel: str, name: str = KERNEL, hide_he
     (folder / "kernel.json").write_text(json.dumps(spec))
 
 
+@pytest.mark.cluster
 def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configuration(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], kube_api: KubeAPI
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cluster: Cluster, kube_ns: str
 ) -> None:
     state = tmp_path / "state"
     server = ServerProcess(tmp_path, state)
@@ -231,12 +234,16 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert server.api("GET", "status")["state"] == "suspended"
 
         # With --resume the platform's workload is resumed from outside first (jupyter suspend resume's core, on
-        # the loopback Kubernetes API); one that does not exist is a failed resume: exit 1, the server untouched.
-        StatefulSetController(kube_api).attach()
-        kube_api.create(statefulset("nb"))
-        kubeconfig = f"--kubeconfig={write_kubeconfig(kube_api, tmp_path)}"
+        # the real API server, as the platform user whose kubeconfig it is: here the cluster's admin); one that does
+        # not exist is a failed resume: exit 1, the server untouched.
+        workload = statefulset("nb", namespace=kube_ns)
+        # The fake GPU nodes carry GKE Sandbox's and the GPU pool's taints (tests/cluster/control_plane.py).
+        workload["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists", "effect": "NoSchedule"}]
+        cluster.kubectl("create", "--validate=strict", "-f", "-", input=json.dumps(workload))
+        kubeconfig = f"--kubeconfig={cluster.admin_kubeconfig}"
+        namespace = f"--namespace={kube_ns}"
         done = run_here(
-            capsys, "verify", "--json", f"--url={server.url}", f"--record={second_record}", kubeconfig,
+            capsys, "verify", "--json", f"--url={server.url}", f"--record={second_record}", kubeconfig, namespace,
             "--resume=missing", token=server.token,
         )  # fmt: skip
         assert done.returncode == 1, done.stdout + done.stderr
@@ -246,13 +253,14 @@ def test_local_backend_prepare_and_verify_after_a_resume_and_after_a_new_configu
         assert server.api("GET", "status")["state"] == "suspended"
 
         done = release_check(
-            "verify", f"--url={server.url}", f"--record={second_record}", kubeconfig, "--resume=nb",
+            "verify", f"--url={server.url}", f"--record={second_record}", kubeconfig, namespace, "--resume=nb",
             "--kind=statefulset", token=server.token,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        resumed = kube_api.get("apps/v1", "statefulsets", "default", "nb")
+        resumed = get(cluster, kube_ns, "statefulset", "nb")
         assert resumed is not None
         assert resumed["spec"]["replicas"] == 1
+        assert running_pod(cluster, kube_ns, "nb-0") is not None  # made by the real controller, run by kwok
         lines = done.stdout.splitlines()
         assert lines[0] == "release-check verify: release-check/second.ipynb"
         table = {line.split()[0]: line for line in lines[3:]}  # one table: check, result, detail

@@ -122,6 +122,7 @@ class GKESnapshotController:
         upload_seconds: float = 0.3,
         restore_seconds: float = 0.3,
         size_bytes: int = 1_234_567_890,
+        finalizer_seconds: float = 0.0,
     ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}; one of {BEHAVIOURS}")
@@ -131,6 +132,16 @@ class GKESnapshotController:
         self.upload_seconds = upload_seconds
         self.restore_seconds = restore_seconds
         self.size_bytes = size_bytes
+        #: How long GKE's storage finalizer takes to free a deleted snapshot's image (its delay is not
+        #: documented: simulated). A few seconds make "the caller waited until the snapshot was gone" decidable.
+        self.finalizer_seconds = finalizer_seconds
+        #: While True, restores wait: PodRestored comes only after the lazy memory restore, which can be
+        #: many seconds after the pod runs (platform-facts §1); a test holds it to see the time in between.
+        self.restores_held = False
+        #: With postCheckpoint: stop, whether the pod is stopped at the checkpoint (False) or only once the upload
+        #: is done (True). GKE freezes the pod during the upload (platform-facts §1); when the API first shows it
+        #: Completed is not documented (unverified): a frozen pod that never finishes uploading still "runs".
+        self.stop_after_upload = False
         self.api = config.new_client_from_config(str(cluster.workdir / "gke-controller.kubeconfig"))
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -165,7 +176,9 @@ class GKESnapshotController:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
-        for thread in self._threads:
+        # The worker ends at once. The watch threads (daemons) may sit in a read until the next event or their
+        # watch's timeout (30 s); they end on their own then, so waiting for them would only slow each test.
+        for thread in self._threads[:1]:
             thread.join(timeout=5)
         with contextlib.suppress(Exception):
             self.api.close()
@@ -226,7 +239,7 @@ class GKESnapshotController:
                 self._later(self.checkpoint_seconds, lambda: self._guard(self._trigger, name))
         elif what == "snapshots" and kind != "DELETED" and meta.get("deletionTimestamp"):
             if FINALIZER in (meta.get("finalizers") or []):
-                self._later(0, lambda: self._guard(self._delete_storage, name))
+                self._later(self.finalizer_seconds, lambda: self._guard(self._delete_storage, name))
         elif what == "pods" and kind == "ADDED":
             uid = meta.get("uid", "")
             if uid not in self._seen_pods:
@@ -364,14 +377,19 @@ class GKESnapshotController:
         )
         if not checkpoint_ok:
             return
-        if ((policy.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint") == "stop":
-            self.core.patch_namespaced_pod(
-                pod_name, self.namespace, {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
-            )
-            self.stopped_pods.append(pod_name)
-        self._later(self.upload_seconds, lambda: self._guard(self._uploaded, snapshot_name, pod_name))
+        stop = ((policy.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint") == "stop"
+        stop_later = stop and self.stop_after_upload
+        if stop and not stop_later:
+            self._stop_pod(pod_name)
+        self._later(self.upload_seconds, lambda: self._guard(self._uploaded, snapshot_name, pod_name, stop_later))
 
-    def _uploaded(self, snapshot: str, pod_name: str) -> None:
+    def _stop_pod(self, pod_name: str) -> None:
+        self.core.patch_namespaced_pod(
+            pod_name, self.namespace, {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
+        )
+        self.stopped_pods.append(pod_name)
+
+    def _uploaded(self, snapshot: str, pod_name: str, stop: bool = False) -> None:
         current = self._get("podsnapshots", snapshot)
         if current is None or self.behaviour == "never_ready":
             return
@@ -398,6 +416,8 @@ class GKESnapshotController:
                 "storageStatus": {"gcs": {"observedGCSPath": f"gs://simulated/{self.namespace}/{pod_name}/{snapshot}"}},
             },
         )
+        if stop:
+            self._stop_pod(pod_name)
 
     def seed_snapshot(self, origin_pod: str, pod: JSON, policy: str = "notebook-snapshots") -> str:
         """A Ready PodSnapshot of ``origin_pod`` as an earlier suspend left it (``pod``: the pod's spec as
@@ -428,6 +448,11 @@ class GKESnapshotController:
         )
         return name
 
+    def touch(self, snapshot: str, last_access: str) -> None:
+        """Set a snapshot's ``status.lastAccessTime`` (GKE's field; only GKE may write it), as if it were last
+        used then: how a test ages a snapshot without waiting days."""
+        self._patch_status("podsnapshots", snapshot, {"lastAccessTime": last_access})
+
     # -- restore -----------------------------------------------------------------
     def _maybe_restore(self, pod_name: str, uid: str) -> None:
         try:
@@ -442,6 +467,9 @@ class GKESnapshotController:
                 self._later(self.restore_seconds, lambda: self._guard(self._maybe_restore, pod_name, uid))
             return
         if _condition(pod, "PodRestored") is not None:
+            return
+        if self.restores_held:
+            self._later(self.restore_seconds, lambda: self._guard(self._maybe_restore, pod_name, uid))
             return
         wanted = restore_hash(pod)
         pinned = (pod["metadata"].get("annotations") or {}).get(PINNED_SNAPSHOT)
