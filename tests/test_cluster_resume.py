@@ -36,6 +36,7 @@ from jupyter_suspend.common.workloads import PIN_SNAPSHOT_ANNOTATION
 from tests.cli_helpers import kube_client, run_cli, validate_output
 from tests.cluster.calls import recording
 from tests.cluster.control_plane import Cluster
+from tests.cluster.fixtures import token_kubeconfig
 from tests.cluster.gke import GKESnapshotController
 from tests.cluster.notebook import create, get, notebook_statefulset, wait_for
 from tests.servers import ServerProcess
@@ -669,6 +670,30 @@ def test_a_missing_environment_is_a_clear_failure(cluster: Cluster, kube_ns: str
         answer = validate_output(done.json(), command)
         assert answer["state"] == "failed"
         assert "StatefulSet nope not found" in answer["message"]
+
+
+# --- an identity RBAC refuses: the real authorizer's 403 ------------------------------------------------------------
+
+
+def test_a_refused_identity_gets_one_line_and_exit_1_and_nothing_changes(
+    cluster: Cluster, kube_ns: str, tmp_path: Path
+) -> None:
+    """The namespace's default ServiceAccount (no Role): the real 403 with the authorizer's own words, on one line;
+    before the fix, status and resume ended in a traceback (release already said it in one line)."""
+    statefulset(cluster, kube_ns)
+    before = sts(cluster, kube_ns)["metadata"]["resourceVersion"]
+    token = cluster.kubectl("create", "token", "default", "-n", kube_ns).strip()
+    kubeconfig = str(token_kubeconfig(cluster, tmp_path / "nobody.kubeconfig", token, kube_ns))
+    for command in ("status", "resume"):
+        done = run_cli(command, "nb", "--json", kubeconfig=kubeconfig)
+        assert done.code == 1, done.stderr
+        assert done.stdout == ""
+        assert "Traceback" not in done.stderr
+        (line,) = [line for line in done.stderr.splitlines() if line.startswith(f"jupyter suspend {command}: ")]
+        assert "403 Forbidden" in line
+        assert f'User "system:serviceaccount:{kube_ns}:default" cannot get resource "statefulsets"' in line
+    assert sts(cluster, kube_ns)["metadata"]["resourceVersion"] == before
+    assert get(cluster, kube_ns, "lease", lease_name("statefulset", "nb")) is None
 
 
 # --- ready live/cold from the notebook server's own status -------------------------------------------------------
