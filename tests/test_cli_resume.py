@@ -2,14 +2,12 @@
 arguments refused before any API call (a kubeconfig pointing at a port that counts connections: none is made).
 
 Against the real control plane: tests/test_cluster_resume.py (and the busy-cluster trial,
-tests/test_cluster_capacity.py). Still on the loopback API server (tests/kubeapi/), the two resumes that need
-Kubeflow's controllers (their Go modules are not served; tests/kubeapi/kubeflow.py simulates them).
+tests/test_cluster_capacity.py). Nothing here uses the loopback API server (tests/kubeapi/).
 """
 
 from __future__ import annotations
 
 import io
-from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -17,87 +15,11 @@ from typing import Any
 
 import pytest
 
-from jupyter_suspend.cli.follow import Assessment, Observation, SnapshotView, assess
+from jupyter_suspend.cli.follow import Assessment, Observation, SnapshotView, assess, newest_scheduling_event
 from jupyter_suspend.cli.resume import ProgressDisplay
-from jupyter_suspend.common.workloads import NOTEBOOK_STOPPED_ANNOTATION, POD_RESTORED_CONDITION
-from tests.cli_helpers import run_cli, validate_output, write_kubeconfig
+from jupyter_suspend.common.workloads import POD_RESTORED_CONDITION
+from tests.cli_helpers import run_cli
 from tests.cluster.calls import ConnectionCounter
-from tests.kubeapi import KubeAPI
-from tests.kubeapi.kubeflow import (
-    KubeflowNotebookController,
-    KubeflowWorkspaceController,
-    notebook_object,
-    workspace_object,
-)
-from tests.kubeapi.server import wait_until
-
-FAST = ("--poll-interval=0.1",)
-
-
-@pytest.fixture
-def kubeconfig(kube_api: KubeAPI, tmp_path: Path) -> str:
-    return write_kubeconfig(kube_api, tmp_path)
-
-
-def count_pods(kube: KubeAPI) -> Counter[str]:
-    """Pods the simulated controllers create, counted as they appear."""
-    counts: Counter[str] = Counter()
-
-    def hook(event_type: str, obj: dict[str, Any], _kube: KubeAPI) -> None:
-        if obj.get("kind") == "Pod" and event_type == "ADDED":
-            counts[obj["metadata"]["name"]] += 1
-
-    kube.add_controller(hook)
-    return counts
-
-
-# --- Kubeflow kinds through their simulated controllers (loopback) ---------------------------------------
-
-
-def test_notebook_resumed_to_ready_through_the_simulated_notebook_controller(
-    kube_api: KubeAPI, kubeconfig: str
-) -> None:
-    KubeflowNotebookController(kube_api).attach()
-    created = count_pods(kube_api)
-    stopped = notebook_object("nb")
-    stopped["metadata"]["annotations"] = {NOTEBOOK_STOPPED_ANNOTATION: "2026-12-01T18:00:00Z"}
-    kube_api.create(stopped)
-    wait_until(lambda: kube_api.get("apps/v1", "statefulsets", "default", "nb"))
-    status = validate_output(
-        run_cli("status", "nb", "--kind=notebook", "--json", kubeconfig=kubeconfig).json(), "status"
-    )
-    assert status["state"] == "suspended"
-    done = run_cli("resume", "nb", "--kind=notebook", "--wait", "--json", *FAST, kubeconfig=kubeconfig)
-    assert done.code == 0, done.stderr
-    answer = validate_output(done.json(), "resume")
-    assert (answer["state"], answer["pod"], answer["action"]) == ("ready", "nb-0", "resumed")
-    assert kube_api.get("apps/v1", "statefulsets", "default", "nb")["spec"]["replicas"] == 1
-    assert sum(created.values()) == 1
-
-
-def test_workspace_resumed_to_ready_through_the_simulated_workspace_controller(
-    kube_api: KubeAPI, kubeconfig: str
-) -> None:
-    KubeflowWorkspaceController(kube_api).attach()
-    kube_api.create(workspace_object("ws", paused=True))
-    wait_until(
-        lambda: (
-            (kube_api.get("kubeflow.org/v1beta1", "workspaces", "default", "ws").get("status") or {}).get("state")
-            == "Paused"
-        )
-    )
-    status = validate_output(
-        run_cli("status", "ws", "--kind=workspace", "--json", kubeconfig=kubeconfig).json(), "status"
-    )
-    assert status["state"] == "suspended"
-    assert "[Workspace Paused: Workspace is paused]" in status["message"]
-    done = run_cli("resume", "ws", "--kind=workspace", "--wait", "--json", *FAST, kubeconfig=kubeconfig)
-    assert done.code == 0, done.stderr
-    answer = validate_output(done.json(), "resume")
-    assert (answer["state"], answer["action"]) == ("ready", "resumed")
-    assert answer["pod"] == f"{KubeflowWorkspaceController.statefulset_name('ws')}-0"
-    assert kube_api.get("kubeflow.org/v1beta1", "workspaces", "default", "ws")["spec"]["paused"] is False
-
 
 # --- bad arguments ----------------------------------------------------------------------------------------------
 
@@ -262,6 +184,40 @@ def test_assess(observation: Observation, state: str, restore: str | None, sourc
     if state == "failed":
         assert assessment.failure
         assert assessment.failure["next_step"]
+
+
+def test_the_newest_scheduling_event_across_both_event_shapes() -> None:
+    """kube-scheduler writes FailedScheduling through events.k8s.io: on the core/v1 read only ``eventTime`` (µs), no
+    ``lastTimestamp``/``count``, a repeat in ``series`` (seen on the real control plane); cluster-autoscaler writes
+    core/v1 events in whole seconds. The newer is the one written later, not the one whose string sorts last."""
+    scheduler = {
+        "metadata": {"resourceVersion": "100"},
+        "reason": "FailedScheduling",
+        "message": "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector.",
+        "eventTime": "2026-12-04T13:00:39.353880Z",
+        "count": None,
+        "lastTimestamp": None,
+    }
+    autoscaler = {
+        "metadata": {"resourceVersion": "99"},  # written earlier in that same second
+        "reason": "TriggeredScaleUp",
+        "message": "pod triggered scale-up: [{gpu-pool 0->1 (max: 10)}]",
+        "lastTimestamp": "2026-12-04T13:00:39Z",
+        "count": 1,
+    }
+    assert newest_scheduling_event([autoscaler, scheduler])["reason"] == "FailedScheduling"  # type: ignore[index]
+    later = {**autoscaler, "metadata": {"resourceVersion": "101"}}
+    assert newest_scheduling_event([scheduler, later])["reason"] == "TriggeredScaleUp"  # type: ignore[index]
+    next_second = {**autoscaler, "lastTimestamp": "2026-12-04T13:00:40Z"}
+    assert newest_scheduling_event([scheduler, next_second])["reason"] == "TriggeredScaleUp"  # type: ignore[index]
+    repeated = {**scheduler, "series": {"count": 4, "lastObservedTime": "2026-12-04T13:05:00.100000Z"}}
+    newest = newest_scheduling_event([next_second, repeated])
+    assert newest == {
+        "reason": "FailedScheduling",
+        "message": scheduler["message"],
+        "count": 4,
+        "time": "2026-12-04T13:05:00.100000Z",
+    }
 
 
 # --- the progress display ---------------------------------------------------------------------------------------

@@ -660,6 +660,136 @@ def test_item7_workspace_resume_unpauses_and_pins_nothing(
     assert found["spec"]["podTemplate"]["options"] == workspace["spec"]["podTemplate"]["options"]
 
 
+class KubeflowStand:
+    """Simulated, for want of Kubeflow's own controllers (their Go modules are not served): what their notebook and
+    workspace controllers do with a workload's StatefulSet, from platform-facts §3 — a Notebook's StatefulSet is
+    ``<name>`` (pods labelled ``notebook-name=<name>``), at 0 replicas while ``kubeflow-resource-stopped`` is set;
+    a Workspace's has a generated name (pods labelled ``notebooks.kubeflow.org/workspace-name=<name>``), at 0 while
+    ``spec.paused``, and the status says ``Paused``/``Running`` and names the pod. Everything downstream (the pod, its
+    scheduling, Ready) is the real StatefulSet controller's, scheduler's and kwok's."""
+
+    def __init__(self, cluster: Cluster, ns: str, plural: str, version: str, name: str, statefulset: str) -> None:
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(str(cluster.admin_kubeconfig))
+        self.apps, self.custom = client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
+        self.ns, self.plural, self.version, self.name, self.statefulset = ns, plural, version, name, statefulset
+        label = "notebook-name" if plural == "notebooks" else "notebooks.kubeflow.org/workspace-name"
+        body = notebook_statefulset(statefulset, ns, gpus=0)
+        body["spec"]["selector"] = {"matchLabels": {label: name}}
+        body["spec"]["template"]["metadata"]["labels"] = {label: name}
+        create(cluster, [body])
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def wanted(self, obj: dict[str, Any]) -> bool:
+        if self.plural == "notebooks":
+            return "kubeflow-resource-stopped" not in (obj["metadata"].get("annotations") or {})
+        return not obj["spec"].get("paused", False)
+
+    def _loop(self) -> None:
+        while not self.stopping.wait(0.2):
+            obj = self.custom.get_namespaced_custom_object(
+                "kubeflow.org", self.version, self.ns, self.plural, self.name
+            )
+            replicas = 1 if self.wanted(obj) else 0
+            current = self.apps.read_namespaced_stateful_set(self.statefulset, self.ns)
+            if current.spec.replicas != replicas:
+                self.apps.patch_namespaced_stateful_set_scale(
+                    self.statefulset, self.ns, {"spec": {"replicas": replicas}}
+                )
+            if self.plural == "workspaces":
+                state, said = ("Running", "Workspace is running") if replicas else ("Paused", "Workspace is paused")
+                status = {**(obj.get("status") or {}), "state": state, "stateMessage": said}
+                status["podTemplatePod"] = {"name": f"{self.statefulset}-0", "nodeName": ""}
+                if (obj.get("status") or {}) != status:
+                    self.custom.patch_namespaced_custom_object_status(
+                        "kubeflow.org", self.version, self.ns, self.plural, self.name, {"status": status}
+                    )
+
+    def __enter__(self) -> KubeflowStand:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        self.api.close()
+
+
+def test_notebook_resumed_to_ready_through_its_statefulset(
+    cluster: Cluster, kube_ns: str, kubeconfig: str, gke: GKESnapshotController
+) -> None:
+    stopped = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "Notebook",
+        "metadata": {
+            "name": "nb",
+            "namespace": kube_ns,
+            "annotations": {"kubeflow-resource-stopped": "2026-12-01T18:00:00Z"},
+        },
+        "spec": {"template": {"spec": notebook_statefulset("nb", kube_ns, gpus=0)["spec"]["template"]["spec"]}},
+    }
+    create(cluster, [stopped])
+    with KubeflowStand(cluster, kube_ns, "notebooks", "v1", "nb", "nb"):
+        assert status_json("nb", kubeconfig, "--kind=notebook")["state"] == "suspended"
+        code, answer, stderr = resume_json("nb", "--kind=notebook", "--wait", *FAST, kubeconfig=kubeconfig)
+    assert code == 0, stderr
+    assert (answer["state"], answer["pod"], answer["action"]) == ("ready", "nb-0", "resumed")
+    assert sts(cluster, kube_ns)["spec"]["replicas"] == 1
+    assert creations(gke) == 1
+
+
+def test_workspace_resumed_to_ready_through_its_statefulset(
+    cluster: Cluster, kube_ns: str, kubeconfig: str, gke: GKESnapshotController
+) -> None:
+    workspace = {
+        "apiVersion": "kubeflow.org/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "ws", "namespace": kube_ns},
+        "spec": {
+            "paused": True,
+            "kind": "jupyterlab",
+            "podTemplate": {
+                "volumes": {"data": []},
+                "options": {"imageConfig": "jupyterlab_scipy_190", "podConfig": "tiny_cpu"},
+            },
+        },
+    }
+    create(cluster, [workspace])
+    status = {
+        "status": {
+            "activity": {"lastActivity": 0, "lastUpdate": 0},
+            "lastRunningTime": 0,
+            "pauseTime": 1764871800000,
+            "pendingRestart": False,
+            "podTemplateOptions": {
+                "imageConfig": {"desired": "jupyterlab_scipy_190"},
+                "podConfig": {"desired": "tiny_cpu"},
+            },
+            "podTemplatePod": {"name": "ws-ws-q8z4d-0", "nodeName": ""},
+            "state": "Paused",
+            "stateMessage": "Workspace is paused",
+        }
+    }
+    cluster.kubectl(
+        "patch", "workspaces.kubeflow.org", "ws", "-n", kube_ns, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+    with KubeflowStand(cluster, kube_ns, "workspaces", "v1beta1", "ws", "ws-ws-q8z4d"):
+        before = status_json("ws", kubeconfig, "--kind=workspace")
+        assert before["state"] == "suspended"
+        assert "[Workspace Paused: Workspace is paused]" in before["message"]
+        code, answer, stderr = resume_json("ws", "--kind=workspace", "--wait", *FAST, kubeconfig=kubeconfig)
+    assert code == 0, stderr
+    assert (answer["state"], answer["action"]) == ("ready", "resumed")
+    assert answer["pod"] == "ws-ws-q8z4d-0"
+    found = get(cluster, kube_ns, "workspaces.kubeflow.org", "ws")
+    assert found is not None
+    assert found["spec"]["paused"] is False
+    assert creations(gke, "ws-ws-q8z4d-0") == 1
+
+
 # --- a missing environment ---------------------------------------------------------------------------------------
 
 
