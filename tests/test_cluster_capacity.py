@@ -6,6 +6,7 @@ each of the 40 comes up as capacity frees."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,50 +18,19 @@ from typing import Any
 
 import pytest
 
+from jupyter_suspend.cli.follow import Assessment
 from jupyter_suspend.cli.resume import Request, resume_environment
 from jupyter_suspend.cli.workloads import Kube
 from tests.cli_helpers import kube_client, validate_output
+from tests.cluster.calls import recording
 from tests.cluster.control_plane import Cluster
 from tests.cluster.gke import GKESnapshotController
-from tests.cluster.notebook import wait_for
+from tests.cluster.notebook import notebook_statefulset, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 NOTEBOOKS = 50
 GPUS = 10
-TOLERATIONS = [
-    {"key": "sandbox.gke.io/runtime", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-]
-
-
-def notebook_statefulset(name: str, namespace: str) -> dict[str, Any]:
-    labels = {"app": "notebook", "environment": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 0,  # suspended
-            "serviceName": name,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "runtimeClassName": "gvisor",
-                    "tolerations": TOLERATIONS,
-                    "containers": [
-                        {
-                            "name": "notebook",
-                            "image": "jupyter/gpu:1",
-                            "command": ["jupyter", "lab"],
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 def _pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
@@ -107,7 +77,7 @@ def test_fifty_resumes_on_ten_gpus_under_a_quota(cluster: Cluster, kube_ns: str,
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(cluster.admin_kubeconfig.read_text())
 
-    with GKESnapshotController(cluster, kube_ns, restore_seconds=0.2) as gke:
+    with GKESnapshotController(cluster, kube_ns, restore_seconds=0.2) as gke, contextlib.ExitStack() as stack:
         for name in names:
             template = notebook_statefulset(name, kube_ns)["spec"]["template"]
             gke.seed_snapshot(f"{name}-0", {"spec": template["spec"]})
@@ -115,13 +85,15 @@ def test_fifty_resumes_on_ten_gpus_under_a_quota(cluster: Cluster, kube_ns: str,
         # 50 resumes at once: the command's own core (what `jupyter suspend resume NAME --wait --json` runs after
         # parsing its arguments), one thread and one API client each; 50 interpreters would only add imports.
         outcomes: dict[str, tuple[dict[str, Any], int]] = {}
+        reports: dict[str, list[Assessment]] = {name: [] for name in names}
 
         def resume(name: str) -> None:
             kube = Kube(kube_client(str(kubeconfig)), kube_ns)
             request = Request("statefulset", name, wait=True, timeout=600, poll_interval=3)
-            outcomes[name] = resume_environment(kube, request)
+            outcomes[name] = resume_environment(kube, request, lambda a, _now: reports[name].append(a))
 
         threads = {name: threading.Thread(target=resume, args=(name,), daemon=True) for name in names}
+        calls = stack.enter_context(recording())
         for thread in threads.values():
             thread.start()
 
@@ -173,6 +145,21 @@ def test_fifty_resumes_on_ten_gpus_under_a_quota(cluster: Cluster, kube_ns: str,
         # 25, and each refused creation records one.)
         uids = Counter(name for name, _ in gke.pods_seen)
         assert uids == Counter({f"{n}-0": 1 for n in names}), uids
+        # One scale per notebook (the users' scale-downs are kubectl's, not recorded here).
+        assert sorted(str(c.name) for c in calls.matching("patch", "statefulsets/scale")) == names
+        # Every notebook outside the first wave said it waited, with the quota's words, and only while no pod of
+        # it existed: never again once its pod was there (restoring/ready), never for one of the first wave.
+        for name in names:
+            states = [a.state for a in reports[name]]
+            if name in first:
+                assert "waiting_for_capacity" not in states, (name, states)
+                continue
+            waits = [a for a in reports[name] if a.state == "waiting_for_capacity"]
+            assert waits, (name, states)
+            assert all(a.pod is None and a.scheduling and a.scheduling["reason"] == "FailedCreate" for a in waits)
+            assert all("exceeded quota" in (a.scheduling or {}).get("message", "") for a in waits)
+            came = next(i for i, a in enumerate(reports[name]) if a.pod is not None)
+            assert "waiting_for_capacity" not in states[came:], (name, states)
 
 
 def test_the_schedulers_own_words_are_waiting_for_capacity(cluster: Cluster, kube_ns: str, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from jupyter_suspend.common.times import rfc3339 as parse_time
@@ -147,20 +147,37 @@ def _newest(events: Sequence[Mapping[str, Any]], reasons: Sequence[str]) -> JSON
         return None
 
     def when(event: Mapping[str, Any]) -> str:
-        return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
+        # Two writers, two shapes: client-go's core/v1 recorder (cluster-autoscaler, the controller-manager) sets
+        # lastTimestamp/count in whole seconds; the events.k8s.io recorder (kube-scheduler's FailedScheduling) sets
+        # only eventTime in microseconds, and a repeat goes to series.lastObservedTime/series.count.
+        series = event.get("series") or {}
+        return str(
+            series.get("lastObservedTime")
+            or event.get("lastTimestamp")
+            or event.get("eventTime")
+            or event.get("firstTimestamp")
+            or ""
+        )
 
-    def order(event: Mapping[str, Any]) -> tuple[str, int]:
-        # Event times have whole seconds: the resourceVersion breaks ties (the later write is the newer event).
+    def order(event: Mapping[str, Any]) -> tuple[datetime, int]:
+        # Compared as times, to the whole second (the coarser writer's precision; as strings "…:39Z" would sort
+        # after "…:39.35Z"); within one second the resourceVersion says which was written later.
+        moment = parse_time(when(event))
+        second = moment.replace(microsecond=0) if moment is not None else _EPOCH
         rv = str((event.get("metadata") or {}).get("resourceVersion") or "0")
-        return when(event), int(rv) if rv.isdigit() else 0
+        return second, int(rv) if rv.isdigit() else 0
 
     newest = max(relevant, key=order)
+    count = (newest.get("series") or {}).get("count") or newest.get("count") or 1
     return {
         "reason": str(newest.get("reason")),
         "message": str(newest.get("message") or ""),
-        "count": int(newest.get("count") or 1),
+        "count": int(count),
         "time": when(newest) or None,
     }
+
+
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 
 def _stuck_container(pod: Mapping[str, Any]) -> tuple[str, str] | None:

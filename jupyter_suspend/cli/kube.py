@@ -127,3 +127,25 @@ def credentials_available(kubeconfig: str, token_file: str) -> bool:
         return True
     path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
     return Path(path).is_file() or (Path(token_file).is_file() and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
+
+
+def api_failure(exc: BaseException) -> str | None:
+    """One line for an error of the Kubernetes API — an answer with an error status (with the server's own message,
+    e.g. RBAC's "cannot get resource ...") or no answer at all; ``None`` for any other error (a bug: let it show)."""
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    if isinstance(exc, ApiException):
+        said = ""
+        try:
+            said = str(json.loads(exc.body or "{}").get("message") or "")
+        except (ValueError, AttributeError):
+            said = ""
+        line = f"{exc.status} {exc.reason or ''}".strip()
+        return f"ApiException: {line}: {said}" if said else f"ApiException: {line}"
+    if isinstance(exc, (HTTPError, OSError)):
+        text = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+    return None

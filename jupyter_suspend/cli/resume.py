@@ -49,7 +49,7 @@ from .follow import (
     progress_line,
     snapshot_view,
 )
-from .kube import KUBE_ALIASES, KubeCommandApp
+from .kube import KUBE_ALIASES, KubeCommandApp, api_failure
 from .server_only import resume_via_server, status_via_server
 from .workloads import JSON, Kube, Workload, valid_name, workload
 
@@ -673,6 +673,12 @@ class EnvironmentCommandApp(KubeCommandApp):
     def kube(self, request: Request) -> Kube:
         return Kube(self.api_client(), self.target_namespace(), default_timeout=min(10.0, max(0.5, request.timeout)))
 
+    def api_failed(self, exc: Exception) -> int:
+        """An API error (refused by RBAC, no server; any other exception is a bug, raised by the caller): one line on
+        stderr, exit 1, nothing on stdout (as ``release``)."""
+        print(f"jupyter {self.name}: {api_failure(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+
 
 class StatusApp(EnvironmentCommandApp):
     name = "suspend status"
@@ -685,7 +691,12 @@ class StatusApp(EnvironmentCommandApp):
             result, code = status_via_server(request)
             self.emit(result, text_report(result))
             return code
-        result, code = environment_status(self.kube(request), request)
+        try:
+            result, code = environment_status(self.kube(request), request)
+        except Exception as exc:
+            if api_failure(exc) is None:
+                raise
+            return self.api_failed(exc)
         self.emit(result, text_report(result))
         return code
 
@@ -742,6 +753,11 @@ class ResumeApp(EnvironmentCommandApp):
         display = ProgressDisplay(sys.stderr)
         try:
             result, code = resume_environment(self.kube(request), request, display)
+        except Exception as exc:
+            if api_failure(exc) is None:
+                raise
+            display.close()
+            return self.api_failed(exc)  # the Lease, if taken, was released on the way out
         finally:
             display.close()
         self.emit(result, text_report(result))

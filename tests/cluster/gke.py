@@ -419,9 +419,9 @@ class GKESnapshotController:
         if stop:
             self._stop_pod(pod_name)
 
-    def seed_snapshot(self, origin_pod: str, pod: JSON, policy: str = "notebook-snapshots") -> str:
+    def seed_snapshot(self, origin_pod: str, pod: JSON, policy: str = "notebook-snapshots", ready: bool = True) -> str:
         """A Ready PodSnapshot of ``origin_pod`` as an earlier suspend left it (``pod``: the pod's spec as
-        its StatefulSet template makes it, for the restore hash)."""
+        its StatefulSet template makes it, for the restore hash); ``ready=False``: one still uploading."""
         name = str(uuid.uuid4())
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -441,6 +441,8 @@ class GKESnapshotController:
             {"type": "StorageReplicated", "status": "True", "reason": "Succeeded"},
             {"type": "Ready", "status": "True", "reason": "AllSnapshotsAvailable"},
         ]
+        if not ready:
+            conditions = [conditions[0], {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]
         self._patch_status(
             "podsnapshots",
             name,

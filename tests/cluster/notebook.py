@@ -198,3 +198,40 @@ class RealSidecar:
         head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
         status = int(head.split()[1])
         return status, json.loads(body) if body.strip() else {}
+
+
+#: What the fake GPU nodes' taints (control_plane.py: GKE Sandbox's and the GPU's) ask a notebook pod to tolerate.
+GPU_TOLERATIONS = [
+    {"key": "sandbox.gke.io/runtime", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def notebook_statefulset(
+    name: str,
+    namespace: str,
+    replicas: int = 0,
+    gpus: int = 1,
+    labels: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A one-pod notebook StatefulSet for GKE Sandbox GPU nodes (``replicas=0``: suspended); its pods carry
+    ``app=notebook`` and ``environment=<name>``; ``labels`` go on the StatefulSet itself."""
+    pod_labels = {"app": "notebook", "environment": name}
+    container: dict[str, Any] = {"name": "notebook", "image": "jupyter/gpu:1", "command": ["jupyter", "lab"]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: dict[str, Any] = {"runtimeClassName": "gvisor", "tolerations": GPU_TOLERATIONS, "containers": [container]}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": pod_labels},
+            "template": {"metadata": {"labels": dict(pod_labels)}, "spec": spec},
+        },
+    }
