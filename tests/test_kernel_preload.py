@@ -342,3 +342,23 @@ async def test_resume_read_ahead_missing_checkpoint_folder_read_ahead_is_reporte
     assert sorted(report["missing"]) == ["vocab", "weights"]
     reply = await suspend_api.run(kernel_id, "print('weights' in globals())")
     assert reply["stdout"].strip() == "False"
+
+
+async def test_resume_read_ahead_only_for_kernel_specs_that_run_ipykernel(
+    suspend_api: SuspendClient, jp_data_dir: Path
+) -> None:
+    """Another kernel would not know the option: it starts as it is."""
+    from jupyter_suspend.server.jupyter_environment import JupyterServerEnvironment
+
+    other = jp_data_dir / "kernels" / "other"
+    other.mkdir(parents=True)
+    spec = {"argv": ["/usr/bin/env", "other-kernel", "{connection_file}"], "display_name": "Other", "language": "R"}
+    (other / "kernel.json").write_text(json.dumps(spec))
+    assert "other" in suspend_api.serverapp.kernel_spec_manager.find_kernel_specs()
+    environment = JupyterServerEnvironment(suspend_api.serverapp)
+    assert await environment.preload_arguments("python3") == [
+        f"--InteractiveShellApp.extra_extensions={PRELOAD_EXTENSION}"
+    ]
+    assert await environment.preload_arguments("") == await environment.preload_arguments("python3")
+    assert await environment.preload_arguments("other") == []
+    assert await environment.preload_arguments("no-such-kernel") == []

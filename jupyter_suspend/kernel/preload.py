@@ -11,6 +11,7 @@ starts the restarted kernel with
 * ``--InteractiveShellApp.extra_extensions=jupyter_suspend.kernel.preload``
   appended to the kernel's command line: IPython's documented option "for
   specifying extra extensions to load on the command-line" (IPython >= 7.10,
+  https://ipython.readthedocs.io/en/8.23.0/api/generated/IPython.core.shellapp.html,
   ``IPython/core/shellapp.py``); it is loaded after the user's own
   ``extensions`` and before ``exec_lines`` and startup files, which all still
   run. ipykernel loads extensions in ``IPKernelApp.initialize`` before

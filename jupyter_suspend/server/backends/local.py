@@ -46,7 +46,7 @@ from .base import (
 )
 
 #: Seconds a kernel holds a read ahead after the kernel-ready deadline, waiting for the restore request.
-PRELOAD_HOLD_SECONDS = 300.0
+PRELOAD_HOLD_SECONDS = 120.0
 
 
 class PreloadTickets:
