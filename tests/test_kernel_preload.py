@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from jupyter_suspend.common.kernel_protocol import PRELOAD_ENV, PRELOAD_EXTENSION
@@ -255,8 +256,9 @@ async def test_resume_read_ahead_resume_reads_checkpoints_while_the_kernel_start
     w_sum = reply["stdout"].strip()
     # A kernel the user started: no read ahead, nothing on its command line.
     assert await read_ahead_report(suspend_api, kernel_id) is None
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    assert not any(PRELOAD_EXTENSION in str(a) for a in km._launch_args.get("extra_arguments", []))
+    kernel = psutil.Process(suspend_api.kernel_pid(kernel_id))
+    assert not any(PRELOAD_EXTENSION in a for a in kernel.cmdline())
+    assert PRELOAD_ENV not in kernel.environ()
 
     assert (await suspend_api.suspend())["state"] == "suspended"
     status = await suspend_api.resume()
@@ -284,9 +286,9 @@ async def test_resume_read_ahead_resume_reads_checkpoints_while_the_kernel_start
     assert reply["stdout"].strip() == f"{w_sum} {{'a': 1, 'b': 2}} True True True"
     # The restarted kernel got the extension on its command line and a ticket, whose
     # folder is gone once the kernels answered.
-    km = suspend_api.serverapp.kernel_manager.get_kernel(kernel_id)
-    assert km._launch_args["extra_arguments"] == [f"--InteractiveShellApp.extra_extensions={PRELOAD_EXTENSION}"]
-    ticket = Path(km._launch_args["env"][PRELOAD_ENV])
+    kernel = psutil.Process(suspend_api.kernel_pid(kernel_id))
+    assert kernel.cmdline()[-1] == f"--InteractiveShellApp.extra_extensions={PRELOAD_EXTENSION}"
+    ticket = Path(kernel.environ()[PRELOAD_ENV])
     assert ticket.name == f"{kernel_id}.json"
     assert not ticket.parent.exists()
 
