@@ -238,7 +238,10 @@ def user_ipython(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The user's own kernel configuration and startup file (IPYTHONDIR)."""
     profile = tmp_path / "ipython" / "profile_default"
     (profile / "startup").mkdir(parents=True)
-    (profile / "ipython_kernel_config.py").write_text("c.InteractiveShellApp.exec_lines = ['user_line_ran = True']\n")
+    (profile / "ipython_kernel_config.py").write_text(
+        "c.InteractiveShellApp.extensions = ['autoreload']\n"
+        "c.InteractiveShellApp.exec_lines = ['user_line_ran = True']\n"
+    )
     (profile / "startup" / "00-user.py").write_text("user_startup_ran = True\n")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     return profile
@@ -281,9 +284,12 @@ async def test_resume_read_ahead_resume_reads_checkpoints_while_the_kernel_start
 
     # Bound when the restore ran, as before; the user's own config and startup file ran too.
     reply = await suspend_api.run(
-        kernel_id, "print(float(weights.sum()), vocab, user_line_ran, user_startup_ran, 'json' in dir())"
+        kernel_id,
+        "print(float(weights.sum()), vocab, user_line_ran, user_startup_ran, "
+        "sorted(get_ipython().extension_manager.loaded - {'IPython.extensions.storemagic'}))",
     )
-    assert reply["stdout"].strip() == f"{w_sum} {{'a': 1, 'b': 2}} True True True"
+    loaded = ["IPython.extensions.autoreload", "jupyter_suspend", PRELOAD_EXTENSION]
+    assert reply["stdout"].strip() == f"{w_sum} {{'a': 1, 'b': 2}} True True {loaded}"
     # The restarted kernel got the extension on its command line and a ticket, whose
     # folder is gone once the kernels answered.
     kernel = psutil.Process(suspend_api.kernel_pid(kernel_id))
