@@ -21,6 +21,9 @@ notebook whose kernel has a registered float32 array ``x`` of N MiB (default
 
 Both clocks stop when the cell's ``execute_reply`` arrives, both wait for the
 kernel the same way (``kernel_info`` until it answers, then ``execute``).
+After the clock stopped, ours' round also asks the restored kernel when its
+read ahead (``jupyter_suspend.kernel.preload``) began, ended and was taken,
+printed as seconds after ``POST resume`` (absent for code without it).
 Every round runs every series once, in an order rotated from round to round,
 so that the machine's noise (other processes, a build) spreads over all of
 them. The report gives each series' **median and spread** (min-max) over R
@@ -132,6 +135,16 @@ def run_cell(server: ServerProcess, kernel_id: str, code: str) -> str:
 def _epoch(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else None
 
+
+#: Untimed, after the timed cell: the kernel's own clock of its read ahead (null before that existed).
+READ_AHEAD = (
+    "import json as _json\n"
+    "try:\n"
+    "    from jupyter_suspend.kernel import preload as _preload\n"
+    "    print(_json.dumps(_preload.last.report() if _preload.last else None))\n"
+    "except ImportError:\n"
+    "    print('null')\n"
+)
 
 DIGEST_ENV = "JUPYTER_SUSPEND_CHECKPOINT_DIGEST"  # jupyter_suspend.kernel.tensors.DIGEST_ENV
 DIGEST_NAMES = {"xxh3-128": "XXH3-128", "sha256": "SHA-256"}
@@ -264,8 +277,21 @@ class ResumeBench:
         assert status["state"] == "ready", status
         assert out == self.expected, (out, self.expected)
         self.times.setdefault(name, []).append(elapsed)
-        self.profiles.setdefault(name, []).append(self._profile(status, started, ready, elapsed))
+        profile = self._profile(status, started, ready, elapsed)
+        profile.update(self._read_ahead(started))
+        self.profiles.setdefault(name, []).append(profile)
         return elapsed
+
+    def _read_ahead(self, started: float) -> dict[str, float]:
+        """When the restarted kernel's read ahead (jupyter_suspend.kernel.preload) began,
+        ended and was taken, seconds after POST resume (untimed; empty without one)."""
+        assert self.server is not None
+        out = run_cell(self.server, self.kernel_id, READ_AHEAD)
+        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        if not isinstance(report, dict):
+            return {}
+        marks = {"read ahead start": "started_at", "read ahead end": "finished_at", "read ahead taken": "taken_at"}
+        return {mark: float(report[key]) - started for mark, key in marks.items() if report.get(key)}
 
     def _profile(self, status: dict[str, Any], started: float, ready: float, elapsed: float) -> dict[str, float]:
         steps = {s["name"]: s for s in (status.get("operation") or {}).get("steps", [])}

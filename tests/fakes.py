@@ -122,7 +122,12 @@ class FakeEnvironment:
         self.running.pop(record.kernel_id, None)
         self.stopped.append(record.kernel_id)
 
-    async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
+    async def preload_arguments(self, kernel_name: str) -> list[str]:
+        return []
+
+    async def start_kernel(
+        self, record: KernelRecord, extra_env: dict[str, str], extra_arguments: list[str] | None = None
+    ) -> str:
         started = KernelRecord.from_dict({**record.to_dict(), "pid": next(_pids), "execution_state": "idle"})
         self.running[record.kernel_id] = started
         self.helper.setdefault(record.kernel_id, True)

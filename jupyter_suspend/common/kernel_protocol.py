@@ -21,3 +21,11 @@ def build_expression(request: dict[str, Any]) -> str:
     """The user expression the server sends (``repr`` makes a safe literal)."""
     payload = json.dumps(request, separators=(",", ":"))
     return f"__import__({KERNEL_HANDLER_MODULE!r}, fromlist=['handle']).handle({payload!r})"
+
+
+# -- a resume's read ahead (jupyter_suspend.kernel.preload) ------------------------
+#: Environment variable naming the ticket file the server wrote for one restarted kernel.
+PRELOAD_ENV = "JUPYTER_SUSPEND_PRELOAD"
+#: The IPython extension the server adds to that kernel's command line.
+PRELOAD_EXTENSION = "jupyter_suspend.kernel.preload"
+PRELOAD_TICKET_VERSION = 1

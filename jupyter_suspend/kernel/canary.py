@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import socket
 import time
@@ -69,3 +70,24 @@ def identity() -> dict[str, Any]:
         "boot_id": _boot_id(),
         "created": _created,
     }
+
+
+def kernel_id_from_connection_file(path: str) -> str | None:
+    """The kernel id in a connection file name ``kernel-<id>.json`` (None otherwise)."""
+    # fullmatch, not ``$``: ``$`` also matches before a trailing newline.
+    match = re.fullmatch(r"kernel-(.+)\.json", os.path.basename(path or ""))
+    return match.group(1) if match else None
+
+
+def own_kernel_id() -> str | None:
+    """This kernel's id (from its connection file), None outside a kernel."""
+    env = os.environ.get("JUPYTER_SUSPEND_KERNEL_ID")
+    if env:
+        return env
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+    except ImportError:
+        return None
+    if not IPKernelApp.initialized():
+        return None
+    return kernel_id_from_connection_file(IPKernelApp.instance().connection_file or "")

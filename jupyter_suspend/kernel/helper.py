@@ -15,7 +15,6 @@ where both are set.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,12 @@ from traitlets import Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from ..common.checkpoints import folder_name
-from . import canary, protocol
+from . import canary, preload, protocol
+from .canary import kernel_id_from_connection_file as kernel_id_from_connection_file  # its first home
+from .canary import own_kernel_id
 from .client import ServerInfo, ServerNotFound, find_server
 from .registry import REGISTRY, Registry
-from .store import CallbackFolder, CheckpointStore, Generation, LoadResult, SaveItem, observe
+from .store import CallbackFolder, CheckpointStore, Generation, LoadResult, ReadAhead, SaveItem, observe
 from .tensors import gpu_in_use
 
 ENV_CHECKPOINT_DIR = "JUPYTER_SUSPEND_CHECKPOINT_DIR"
@@ -64,13 +65,6 @@ class SuspendKernel(Configurable):
     """
 
 
-def kernel_id_from_connection_file(path: str) -> str | None:
-    """The kernel id in a connection file name ``kernel-<id>.json`` (None otherwise)."""
-    # fullmatch, not ``$``: ``$`` also matches before a trailing newline.
-    match = re.fullmatch(r"kernel-(.+)\.json", os.path.basename(path or ""))
-    return match.group(1) if match else None
-
-
 class KernelHelper(SuspendKernel):
     """Application checkpoints and the live-state canary of one kernel (not a kernel itself)."""
 
@@ -100,16 +94,7 @@ class KernelHelper(SuspendKernel):
 
     # -- where --------------------------------------------------------------
     def kernel_id(self) -> str | None:
-        env = os.environ.get("JUPYTER_SUSPEND_KERNEL_ID")
-        if env:
-            return env
-        try:
-            from ipykernel.kernelapp import IPKernelApp
-        except ImportError:
-            return None
-        if not IPKernelApp.initialized():
-            return None
-        return kernel_id_from_connection_file(IPKernelApp.instance().connection_file or "")
+        return own_kernel_id()
 
     def root(self) -> Path:
         return Path(self.checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or default_root())
@@ -188,10 +173,12 @@ class KernelHelper(SuspendKernel):
         names: list[str] | None = None,
         folder: str | os.PathLike[str] | None = None,
         generation: str | None = None,
+        ahead: dict[str, ReadAhead] | None = None,
     ) -> LoadResult:
-        """Load names (default: every name in the folder) back into the namespace."""
+        """Load names (default: every name in the folder) back into the namespace
+        (``ahead``: what :mod:`.preload` already read and verified of them)."""
         store = self.store(folder)
-        result = store.load(names, generation)
+        result = store.load(names, generation, ahead)
         namespace = self.registry.namespace if self.registry.namespace is not None else {}
         for name in list(result.objects):
             value = result.objects[name]
@@ -317,10 +304,21 @@ class KernelHelper(SuspendKernel):
         if request.get("checkpoint_dir"):
             self.server_folder = Path(request["checkpoint_dir"])
         names = list(request.get("names") or [])
+        # The read the kernel began at its start (server's resume), when there is one.
+        # Waiting for it is never slower than reading again, and never holds two copies.
+        ahead, read_ahead = preload.take(self.folder(), names)
         if not names:
             return {"restored": [], "missing": [], "failed": [], "warnings": [], "message": "nothing to restore"}
-        result = self.restore(names, self.folder())
-        return restore_reply(result)
+        result = self.restore(names, self.folder(), ahead=ahead)
+        reply = restore_reply(result)
+        if read_ahead is not None:
+            reply["preload"] = {**read_ahead.report(), "used": ahead is not None}
+            if ahead is not None and read_ahead.started_at and read_ahead.finished_at:
+                reply["message"] += (
+                    f" (read and checked from the kernel's start, in "
+                    f"{read_ahead.finished_at - read_ahead.started_at:.2f} s)"
+                )
+        return reply
 
     def on_verify(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"observed": self.observation(list(request.get("names") or []))}

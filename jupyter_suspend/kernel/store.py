@@ -417,6 +417,26 @@ class LoadResult:
     seconds: float = 0.0
 
 
+@dataclass
+class EntryRead:
+    """One name's bytes, read and verified, not yet unpickled."""
+
+    data: bytes
+    tensors: dict[str, Any]
+    warnings: list[str]
+    size: int
+
+
+@dataclass
+class ReadAhead:
+    """What :meth:`CheckpointStore.read_ahead` found for one name: its read, or
+    the error :meth:`CheckpointStore.load` reports for it."""
+
+    generation: str
+    read: EntryRead | None
+    error: Exception | None = None
+
+
 class CheckpointStore:
     """The generations of one checkpoint folder."""
 
@@ -643,10 +663,38 @@ class CheckpointStore:
                 shutil.rmtree(child, ignore_errors=True)
 
     # -- loading -------------------------------------------------------------
-    def load(self, names: list[str] | None = None, generation: str | None = None) -> LoadResult:
+    def read_ahead(self, names: list[str]) -> dict[str, ReadAhead]:
+        """Read and verify what :meth:`load` of ``names`` would read (the pickle
+        bytes and the tensors of each name's newest generation), without
+        unpickling anything: :meth:`load` with ``ahead=`` finishes the work.
+        A name that fails its checks keeps the error :meth:`load` would report;
+        missing names and names saved by callbacks are left to :meth:`load`."""
+        ahead: dict[str, ReadAhead] = {}
+        generations = self.generations()
+        for name in names:
+            gen = self.latest_with(name, generations)
+            if gen is None or gen.objects[name].get("kind") == "callback":
+                continue
+            try:
+                ahead[name] = ReadAhead(gen.id, self._read_entry(gen, gen.objects[name]))
+            except (CorruptCheckpoint, CannotLoad) as exc:
+                ahead[name] = ReadAhead(gen.id, None, exc)
+        return ahead
+
+    def load(
+        self,
+        names: list[str] | None = None,
+        generation: str | None = None,
+        ahead: dict[str, ReadAhead] | None = None,
+    ) -> LoadResult:
         """Load names (default: every name on disk) from their newest generation,
-        or from ``generation``; anything that fails its checksum is reported, never loaded."""
+        or from ``generation``; anything that fails its checksum is reported, never loaded.
+
+        ``ahead`` (from :meth:`read_ahead`, consumed): what was already read and
+        verified; a name's read is used only when it is of the generation this
+        load picks, else the name is read again (and the stale read dropped first)."""
         started = time.perf_counter()
+        ahead = ahead if ahead is not None else {}
         result = LoadResult()
         generations = self.generations()
         result.warnings += self.problems
@@ -660,8 +708,14 @@ class CheckpointStore:
             if gen is None:
                 result.missing.append(name)
                 continue
+            early = ahead.pop(name, None)
+            if early is not None and early.generation != gen.id:
+                early = None  # a newer generation appeared since: drop that read before reading again
             try:
-                obj, warnings, size = self._load_entry(gen, gen.objects[name])
+                if early is not None and early.error is not None:
+                    raise early.error
+                read = early.read if early is not None else None
+                obj, warnings, size = self._load_entry(gen, gen.objects[name], read)
             except (CorruptCheckpoint, CannotLoad) as exc:
                 message = str(exc)
                 if isinstance(exc, CorruptCheckpoint):
@@ -674,14 +728,39 @@ class CheckpointStore:
             result.sources[name] = gen.id
             result.warnings += [f"{name}: {w}" for w in warnings]
             result.bytes += size
+        ahead.clear()  # reads of names not asked for: freed now
         result.seconds = time.perf_counter() - started
         return result
 
-    def _load_entry(self, gen: Generation, entry: dict[str, Any]) -> tuple[Any, list[str], int]:
+    def _load_entry(
+        self, gen: Generation, entry: dict[str, Any], read: EntryRead | None = None
+    ) -> tuple[Any, list[str], int]:
         name = entry["name"]
         where = f"checkpoint {name!r} (generation {gen.id})"
         if entry.get("kind") == "callback":
             return self._load_callback(gen, entry, where)
+        if read is None:
+            read = self._read_entry(gen, entry)
+        data, tensors, warnings, size = read.data, read.tensors, read.warnings, read.size
+
+        class Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: Any) -> Any:
+                if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "jupyter_suspend.tensor"):
+                    raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+                return tensors[pid[1]]
+
+        try:
+            obj = Unpickler(io.BytesIO(data)).load()
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, AttributeError) and "__main__" in str(exc):
+                hint = " (define that class or function first - run the cell that defines it - then restore again)"
+            raise CannotLoad(f"{where} could not be unpickled: {type(exc).__name__}: {exc}{hint}") from exc
+        return obj, warnings, size
+
+    def _read_entry(self, gen: Generation, entry: dict[str, Any]) -> EntryRead:
+        """Read one name's pickle bytes and tensors, every checksum checked."""
+        where = f"checkpoint {entry['name']!r} (generation {gen.id})"
         pickle_info = entry["pickle"]
         hasher = gen.hasher(where)
         try:
@@ -699,21 +778,7 @@ class CheckpointStore:
             chunk = int(gen.manifest.get("chunk_bytes", CHUNK_BYTES))
             tensors, warnings = _read_safetensors(gen, entry["data"], where, chunk)
             size += entry["data"]["bytes"]
-
-        class Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: Any) -> Any:
-                if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "jupyter_suspend.tensor"):
-                    raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-                return tensors[pid[1]]
-
-        try:
-            obj = Unpickler(io.BytesIO(data)).load()
-        except Exception as exc:
-            hint = ""
-            if isinstance(exc, AttributeError) and "__main__" in str(exc):
-                hint = " (define that class or function first - run the cell that defines it - then restore again)"
-            raise CannotLoad(f"{where} could not be unpickled: {type(exc).__name__}: {exc}{hint}") from exc
-        return obj, warnings, size
+        return EntryRead(data, tensors, warnings, size)
 
     def _load_callback(self, gen: Generation, entry: dict[str, Any], where: str) -> tuple[Any, list[str], int]:
         folder = gen.path / entry["folder"]

@@ -136,8 +136,15 @@ class Environment(Protocol):
     async def stop_kernel(self, record: KernelRecord) -> None:
         """Shut a kernel down with its session row and the browsers' connections to it."""
 
-    async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
-        """Start a kernel under the recorded kernel (and session) id; returns the kernel id."""
+    async def start_kernel(
+        self, record: KernelRecord, extra_env: dict[str, str], extra_arguments: list[str] | None = None
+    ) -> str:
+        """Start a kernel under the recorded kernel (and session) id; returns the kernel id.
+        ``extra_arguments`` go after the kernel's command line (see :meth:`preload_arguments`)."""
+
+    async def preload_arguments(self, kernel_name: str) -> list[str]:
+        """Arguments that make a kernel of ``kernel_name`` read its checkpoints at its start
+        (:mod:`jupyter_suspend.kernel.preload`); empty when it cannot."""
 
     async def restart_kernel(self, kernel_id: str) -> None:
         """Restart a running kernel in place (a new process under the same id)."""

@@ -204,6 +204,19 @@ async def flush(
     return results
 
 
+def checkpoints_to_restore(flushed_kernels: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """kernel id -> ``{"checkpoint_dir", "names"}``: what :func:`reload_application_checkpoints`
+    will ask each restarted kernel to restore (the kernels checkpointed at the flush)."""
+    return {
+        f["kernel_id"]: {
+            "checkpoint_dir": f.get("checkpoint_dir"),
+            "names": [c.get("name") for c in f.get("checkpoints", []) if c.get("name")],
+        }
+        for f in flushed_kernels
+        if f.get("status") == "checkpointed"
+    }
+
+
 async def reload_application_checkpoints(
     environment: Environment,
     operation: Operation,
@@ -214,7 +227,7 @@ async def reload_application_checkpoints(
     """Put application checkpoints back into the restarted kernels that wrote them
     at the suspend's flush (``flushed_kernels``); kernel id -> what came back."""
     step = operation.step("restore.checkpoints")
-    by_kernel = {f["kernel_id"]: f for f in flushed_kernels if f.get("status") == "checkpointed"}
+    by_kernel = checkpoints_to_restore(flushed_kernels)
     reloaded: dict[str, Any] = {}
 
     async def one(kernel: RestoredKernel, flushed: dict[str, Any]) -> dict[str, Any]:
@@ -222,8 +235,8 @@ async def reload_application_checkpoints(
             kernel.kernel_id,
             "restore",
             timeout,
-            checkpoint_dir=flushed.get("checkpoint_dir"),
-            names=[c.get("name") for c in flushed.get("checkpoints", []) if c.get("name")],
+            checkpoint_dir=flushed["checkpoint_dir"],
+            names=flushed["names"],
             operation_id=operation.id,
         )
         return {

@@ -22,7 +22,7 @@ import psutil
 from jupyter_core.utils import ensure_async
 from traitlets import TraitError
 
-from ..common.kernel_protocol import PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
+from ..common.kernel_protocol import PRELOAD_EXTENSION, PROTOCOL_VERSION, USER_EXPRESSION_KEY, build_expression
 from ..common.times import epoch
 from .environment import KernelProcess, KernelRecord, KernelReply, ReplyOutcome
 from .states import new_operation_id
@@ -219,7 +219,32 @@ class JupyterServerEnvironment:
         finally:
             await close_kernel_websockets(record.kernel_id)
 
-    async def start_kernel(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
+    async def preload_arguments(self, kernel_name: str) -> list[str]:
+        """The command-line arguments that make a restarted kernel begin reading its
+        checkpoints at its start (:mod:`jupyter_suspend.kernel.preload`); empty when its
+        kernel spec does not run ipykernel (another kernel would not know the option)."""
+        try:
+            spec = await ensure_async(
+                self.kernel_manager.kernel_spec_manager.get_kernel_spec(
+                    kernel_name or self.kernel_manager.default_kernel_name
+                )
+            )
+        except Exception:  # noqa: BLE001 - unknown spec: start it as it is
+            return []
+        argv = [str(a) for a in getattr(spec, "argv", None) or []]
+        runs_ipykernel = any(
+            a in {"ipykernel_launcher", "ipykernel"} or a.endswith(("/ipykernel_launcher.py", "/ipykernel"))
+            for a in argv
+        )
+        if str(getattr(spec, "language", "")).lower() != "python" or not runs_ipykernel:
+            return []
+        # IPython's option for extensions given on the command line: the kernel's own
+        # configured ``extensions`` still load (IPython/core/shellapp.py, init_extensions).
+        return [f"--InteractiveShellApp.extra_extensions={PRELOAD_EXTENSION}"]
+
+    async def start_kernel(
+        self, record: KernelRecord, extra_env: dict[str, str], extra_arguments: list[str] | None = None
+    ) -> str:
         """Start a kernel under the recorded id and re-create its session row,
         so the frontend finds the same session and kernel ids again.
 
@@ -228,7 +253,7 @@ class JupyterServerEnvironment:
         the session guard) is shut down, before the start (its memory is what
         the restored kernel needs) and once more after it."""
         await self._end_other_sessions(record)
-        kernel_id = await self._start_recorded(record, extra_env)
+        kernel_id = await self._start_recorded(record, extra_env, extra_arguments or [])
         await self._end_other_sessions(record)
         return kernel_id
 
@@ -272,18 +297,22 @@ class JupyterServerEnvironment:
         except KeyError:
             return None
 
-    async def _start_recorded(self, record: KernelRecord, extra_env: dict[str, str]) -> str:
+    async def _start_recorded(self, record: KernelRecord, extra_env: dict[str, str], extra_arguments: list[str]) -> str:
         path = record.path
         kernel_path = await ensure_async(self.contents_manager.get_kernel_path(path=path or ""))
         env = {**os.environ, **extra_env}
         if path is not None:
             env = {**self.session_manager.get_kernel_env(path, record.name), **extra_env}
+        # jupyter_client appends ``extra_arguments`` to the kernel spec's argv
+        # (LocalProvisioner.pre_launch -> format_kernel_cmd).
+        more = {"extra_arguments": extra_arguments} if extra_arguments else {}
         kernel_id: str = await ensure_async(
             self.kernel_manager.start_kernel(
                 kernel_id=record.kernel_id,
                 path=kernel_path,
                 kernel_name=record.kernel_name,
                 env=env,
+                **more,
             )
         )
         if record.session_id is not None:

@@ -28,7 +28,7 @@ from . import timeline as timeline_mod
 from . import wording
 from .backends.base import Backend, ReleaseContext, RestoreContext, ReturnedLive, Suspended
 from .environment import Environment, KernelRecord
-from .flush import KernelFlush, flush, reload_application_checkpoints
+from .flush import KernelFlush, checkpoints_to_restore, flush, reload_application_checkpoints
 from .journal import Journal, JournalWriteError
 from .live_state import LiveStateRecords, VerifyError, live_lost
 from .replay import EntryKind, read_cold_start, replay, restore_report
@@ -641,7 +641,14 @@ class Lifecycle:
         step = operation.step("restore")
         kernel_env = dict(self.settings.kernel_env or {})
         context = RestoreContext(
-            operation.id, cycle_id, self.environment, self._resume_plan, kernel_env, self._recorder(operation, cycle_id)
+            operation.id,
+            cycle_id,
+            self.environment,
+            self._resume_plan,
+            kernel_env,
+            self._recorder(operation, cycle_id),
+            # What the kernels will be asked to restore: a backend may have them begin at their start.
+            checkpoints_to_restore(self._flushed_kernels) if self.settings.restore_checkpoints_on_resume else {},
         )
         waited_since: float | None = None
         while True:

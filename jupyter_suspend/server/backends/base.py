@@ -157,6 +157,9 @@ class RestoreContext:
     resume_plan: dict[str, Any]
     kernel_env: dict[str, str]
     record: Recorder = _no_record
+    #: kernel id -> ``{"checkpoint_dir", "names"}``: the application checkpoints the
+    #: resume will ask each restarted kernel to restore (empty when it will not).
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SnapshotError(Exception):

@@ -8,12 +8,18 @@ open notebook reconnects), waits until each can run a cell, and reports a
 While the kernels start, their newest checkpoint files are read into the page
 cache in a background thread (:class:`~jupyter_suspend.server.flush.CheckpointPrefetch`),
 so that the disk reads overlap with the kernels' start-up; the kernels still
-read and verify every chunk themselves.
+read and verify every chunk themselves, and an IPython kernel begins that as it
+starts (:mod:`jupyter_suspend.kernel.preload`, ``preload_in_kernel``): the
+restore request after ``kernel_info`` then only waits for that read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from typing import Any
 import psutil
 from traitlets import Bool, Float, Integer
 
+from ...common.kernel_protocol import PRELOAD_ENV, PRELOAD_TICKET_VERSION
 from .. import wording
 from ..environment import Environment, KernelRecord
 from ..flush import CheckpointPrefetch, checkpoint_dir_for
@@ -37,6 +44,39 @@ from .base import (
     RestoreOutcome,
     Suspended,
 )
+
+#: Seconds a kernel holds a read ahead after the kernel-ready deadline, waiting for the restore request.
+PRELOAD_HOLD_SECONDS = 120.0
+
+
+class PreloadTickets:
+    """The tickets of one resume's restarted kernels (:mod:`jupyter_suspend.kernel.preload`):
+    one JSON file per kernel, in a folder only this user can read, removed after the start."""
+
+    def __init__(self, hold_seconds: float):
+        self.hold_seconds = hold_seconds
+        self.folder: Path | None = None
+
+    def write(self, kernel_id: str, wanted: dict[str, Any]) -> str:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="jupyter-suspend-preload-"))  # mode 0700
+        ticket = {
+            "version": PRELOAD_TICKET_VERSION,
+            "kernel_id": kernel_id,
+            "folder": str(wanted["checkpoint_dir"]),
+            "names": [str(n) for n in wanted["names"]],
+            "deadline": time.time() + self.hold_seconds,
+        }
+        path = self.folder / f"{kernel_id}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(ticket))
+        os.replace(tmp, path)  # the kernel never reads half a ticket
+        return str(path)
+
+    def remove(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
 
 class LocalBackend(Backend):
@@ -71,6 +111,13 @@ class LocalBackend(Backend):
         config=True,
         help="Read the kernels' newest checkpoint files into the page cache while a resume "
         "restarts the kernels (skipped when they would not fit in half the available memory).",
+    )
+    preload_in_kernel = Bool(
+        True,
+        config=True,
+        help="Have each restarted IPython kernel begin reading and verifying its application "
+        "checkpoints as it starts (jupyter_suspend.kernel.preload), so that the restore after "
+        "kernel_info only waits for that read; the names are bound when the restore runs.",
     )
 
     def __init__(self, **kwargs: Any):
@@ -141,6 +188,7 @@ class LocalBackend(Backend):
         capacity_available_at = time.time()
         records = [KernelRecord.from_dict(k) for k in ctx.resume_plan.get("kernels", [])]
         self._start_prefetch(ctx, records)
+        tickets = PreloadTickets(self.kernel_ready_timeout + PRELOAD_HOLD_SECONDS) if self.preload_in_kernel else None
 
         async def start(record: KernelRecord) -> RestoredKernel:
             result = RestoredKernel(record.kernel_id, record.session_id, record.path, record.kernel_name, None)
@@ -148,7 +196,16 @@ class LocalBackend(Backend):
                 if ctx.environment.has_kernel(record.kernel_id):
                     result.error = "a kernel with this id is already running; left as it is"
                     return result
-                await ctx.environment.start_kernel(record, ctx.kernel_env)
+                env, arguments = ctx.kernel_env, []
+                wanted = ctx.checkpoints.get(record.kernel_id)
+                if tickets is not None and wanted and wanted.get("names") and wanted.get("checkpoint_dir"):
+                    arguments = await ctx.environment.preload_arguments(record.kernel_name)
+                    if arguments:
+                        env = {**env, PRELOAD_ENV: tickets.write(record.kernel_id, wanted)}
+                if arguments:
+                    await ctx.environment.start_kernel(record, env, arguments)
+                else:
+                    await ctx.environment.start_kernel(record, env)
                 result.runnable_at = await ctx.environment.wait_kernel_ready(
                     record.kernel_id, self.kernel_ready_timeout
                 )
@@ -156,7 +213,13 @@ class LocalBackend(Backend):
                 result.error = f"{type(exc).__name__}: {exc}"
             return result
 
-        kernels = list(await asyncio.gather(*(start(r) for r in records)))
+        try:
+            kernels = list(await asyncio.gather(*(start(r) for r in records)))
+        finally:
+            # A kernel claims its ticket before it answers kernel_info: one left now was
+            # never claimed (the kernel failed), and no later process may find it.
+            if tickets is not None:
+                tickets.remove()
         failed = [k for k in kernels if k.error and k.runnable_at is None and "already running" not in k.error]
         if failed and len(failed) == len(kernels):
             names = ", ".join(f"{k.path or k.kernel_id} ({k.error})" for k in failed)
