@@ -360,6 +360,13 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # the caller hung up (an abandoned long-poll, a client timeout): nothing to say
+        super().handle_error(request, client_address)
+
     def upstream(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(
             "127.0.0.1", self.proxy.upstream_port, context=self.proxy.client_context, timeout=None

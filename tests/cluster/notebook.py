@@ -112,9 +112,11 @@ class RealSidecar:
         directory: Path,
         args: list[str],
         api_port: int | None = None,
+        extra_env: dict[str, str] | None = None,
     ):
         self.cluster = cluster
         self.api_port = api_port  # another address for the API server (tests/cluster/faults.py's proxy)
+        self.extra_env = dict(extra_env or {})  # set last (e.g. another KUBERNETES_SERVICE_HOST)
         self.namespace = namespace
         self.pod = pod
         self.dir = directory
@@ -150,6 +152,7 @@ class RealSidecar:
             POD_UID=self.pod["metadata"]["uid"],
             PYTHONPATH=str(REPO),
         )
+        env.update(self.extra_env)
         command = [
             sys.executable,
             "-m",

@@ -1,0 +1,669 @@
+"""The sidecar as it runs in its container, on the real control plane: ``python -m jupyter_suspend.sidecar`` in a
+subprocess with a token bound to its pod (TokenRequest) and deploy/base's Role judged by the real RBAC authorizer,
+the simulated GKE snapshot controller (tests/cluster/gke.py) watching the real API server, and the server
+extension's :class:`SidecarClient` from the test. The sidecar talks to the API server through
+tests/cluster/faults.py's proxy: it records every call that passed (so "a refused request makes no API call" is read
+from the wire) and injects the few faults a real API server does not make on request (a 500 or 503 now, a slow
+answer). Moved from tests/test_sidecar.py, which ran the same checks against the loopback server tests/kubeapi."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_suspend.common import sidecar_protocol as proto
+from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, SidecarUnavailable, _parse_response
+from tests.cluster.control_plane import Cluster
+from tests.cluster.faults import FaultProxy
+from tests.cluster.gke import GKESnapshotController
+from tests.cluster.notebook import REPO, RealSidecar, bound_token, deploy_base, get, render, wait_for
+from tests.sidecar_helpers import chunked, run
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+ACCOUNT = "jupyter-suspend-sidecar"
+POD = "notebook-0"
+POLICY = "notebook-snapshots"
+GROUP, VERSION = "podsnapshot.gke.io", "v1"
+REQUIRE_ARGS = ["--policy-mode", "require", "--policy-name", POLICY]  # deploy/base's StatefulSet
+POD_LABELS_SELECTOR = "app.kubernetes.io/name=jupyter-suspend-notebook,statefulset.kubernetes.io/pod-name=notebook-0"
+#: Create mode, resuming after the checkpoint: the pod keeps running, so its bound token stays valid for the whole
+#: session (a stopped pod is replaced by the StatefulSet controller; that path is test_cluster_gke's).
+CREATE_ARGS = [
+    *("--policy-mode", "create", "--policy-selector", POD_LABELS_SELECTOR, "--storage-config", "jupyter-suspend"),
+    *("--post-checkpoint", "resume"),
+]
+
+
+class Sidecar(RealSidecar):
+    """The real sidecar with raw access to its socket, for requests no client would send."""
+
+    token = ""
+
+    def secret(self) -> str:
+        return Path(self.secret_path).read_text().strip()
+
+    def connect(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(self.socket_path)
+        return s
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        auth: str | None = "secret",
+        content_length: bool = True,
+    ) -> tuple[int, dict[str, Any]]:
+        head = {"Host": "sidecar", "Connection": "close"}
+        if auth == "secret":
+            head[proto.AUTH_HEADER] = f"Bearer {self.secret()}"
+        elif auth is not None:
+            head[proto.AUTH_HEADER] = auth
+        if body and content_length:
+            head["Content-Length"] = str(len(body))
+        head.update(headers or {})
+        request = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
+        with self.connect() as s:
+            s.sendall(request.encode("latin-1") + body)
+            chunks = []
+            while data := s.recv(65536):
+                chunks.append(data)
+        status, raw = _parse_response(b"".join(chunks), f"{method} {path}")
+        return status, json.loads(raw) if raw else {}
+
+
+@pytest.fixture
+def notebook(cluster: Cluster, kube_ns: str) -> dict[str, Any]:
+    return deploy_base(cluster, kube_ns)
+
+
+@pytest.fixture
+def gke(cluster: Cluster, kube_ns: str) -> Iterator[GKESnapshotController]:
+    with GKESnapshotController(cluster, kube_ns, checkpoint_seconds=0.3, upload_seconds=0.3) as controller:
+        yield controller
+    assert not controller.errors, controller.errors
+
+
+@pytest.fixture
+def proxy(cluster: Cluster) -> Iterator[FaultProxy]:
+    with FaultProxy(cluster) as running:
+        yield running
+
+
+@pytest.fixture
+def sidecars() -> Iterator[list[Sidecar]]:
+    """Sidecars started by the test; each is stopped, and its log checked for its secret and token, at teardown."""
+    started: list[Sidecar] = []
+    yield started
+    for sidecar in started:
+        secret = sidecar.secret() if os.path.exists(sidecar.secret_path) else None
+        sidecar.stop()
+        assert sidecar.proc is not None
+        log = sidecar.log()
+        assert sidecar.proc.returncode == 0, log
+        assert sidecar.token not in log
+        if secret:
+            assert secret not in log
+        # A stopped sidecar leaves neither a socket nor a secret behind.
+        assert not os.path.exists(sidecar.socket_path)
+        assert not os.path.exists(sidecar.secret_path)
+
+
+def start(
+    cluster: Cluster,
+    namespace: str,
+    pod: dict[str, Any],
+    proxy: FaultProxy | None,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+    args: list[str] = REQUIRE_ARGS,
+    name: str = "sidecar",
+    token: str | None = None,
+    **env: str,
+) -> Sidecar:
+    sidecar = Sidecar(
+        cluster, namespace, pod, tmp_path / name, list(args), api_port=proxy.port if proxy else None, extra_env=env
+    )
+    sidecar.token = token or bound_token(cluster, namespace, ACCOUNT, pod)
+    sidecars.append(sidecar)
+    sidecar.start(sidecar.token)
+    return sidecar
+
+
+def follow_until_done(client: SidecarClient, trigger: str) -> proto.SnapshotProgress:
+    seen: list[str] = []
+    view = run(client.follow(trigger))
+    while view["phase"] not in proto.TERMINAL_PHASES:
+        seen.append(view["phase"])
+        assert len(seen) < 40, seen
+        view = run(client.follow(trigger, wait=5))
+    return view
+
+
+def custom_get(cluster: Cluster, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
+    return get(cluster, namespace, f"{plural}.{GROUP}", name)
+
+
+def kubectl_json(cluster: Cluster, namespace: str, *args: str, body: dict[str, Any]) -> None:
+    cluster.kubectl(*args, "-n", namespace, input=json.dumps(body))
+
+
+def other_pod(cluster: Cluster, namespace: str, name: str) -> None:
+    """Another pod the policy selects (it need not run: GKE's controller reads it only)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "jupyter-suspend-notebook"}},
+        "spec": {"containers": [{"name": "notebook", "image": "jupyter-suspend:0.1.0"}]},
+    }
+    kubectl_json(cluster, namespace, "create", "-f", "-", body=pod)
+
+
+def their_trigger(cluster: Cluster, namespace: str, gke: GKESnapshotController, name: str, pod: str) -> str:
+    """A snapshot request for another pod, made by someone else; returns the snapshot GKE took of it."""
+    trigger = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodSnapshotManualTrigger", "metadata": {"name": name}}
+    trigger["spec"] = {"targetPod": pod}
+    kubectl_json(cluster, namespace, "create", "-f", "-", body=trigger)
+    snapshot: str = wait_for(lambda: gke.snapshots_created[0] if gke.snapshots_created else None, 30, "their snapshot")
+    wait_for(lambda: custom_get(cluster, namespace, "podsnapshots", snapshot), 30, "their snapshot stored")
+    return snapshot
+
+
+def allow_create_mode(cluster: Cluster, namespace: str) -> None:
+    """deploy/base's Role as role.yaml writes it for create mode: the `create` rule its kustomization removes, and
+    the policy name pinned to the one create mode makes (jupyter-suspend-<pod>)."""
+    patch: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/rules/1/resourceNames", "value": [f"jupyter-suspend-{POD}"]},
+        {"op": "add", "path": "/rules/-", "value": {**policy_rule(), "resourceNames": None, "verbs": ["create"]}},
+    ]
+    patch[1]["value"] = {k: v for k, v in patch[1]["value"].items() if v is not None}
+    cluster.kubectl("patch", "role", ACCOUNT, "-n", namespace, "--type=json", "-p", json.dumps(patch))
+
+
+# --- start, the happy path in create mode -----------------------------------------------------------------------------
+
+
+def test_snapshot_of_own_pod_in_create_mode(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    allow_create_mode(cluster, kube_ns)
+    cluster.kubectl("delete", f"podsnapshotpolicies.{GROUP}", POLICY, "-n", kube_ns)  # create mode makes its own
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars, CREATE_ARGS)
+    client = sidecar.client
+
+    # Start: a 0600 secret, a 0660 socket, health without a secret.
+    assert stat.S_IMODE(os.stat(sidecar.secret_path).st_mode) == 0o600
+    assert len(sidecar.secret()) >= 43  # 32 random bytes, urlsafe base64
+    assert stat.S_ISSOCK(os.stat(sidecar.socket_path).st_mode)
+    assert stat.S_IMODE(os.stat(sidecar.socket_path).st_mode) in (0o660, 0o600)
+    assert sidecar.raw("GET", proto.PATH_HEALTH, auth=None) == (200, {"ok": True})
+
+    pod = run(client.pod())
+    uid = notebook["metadata"]["uid"]
+    assert (pod["name"], pod["namespace"], pod["uid"], pod["phase"]) == (POD, kube_ns, uid, "Running")
+    assert pod["started_uid"] == uid
+    assert pod["node_name"] == notebook["spec"]["nodeName"]
+    assert not pod["restored"]
+    policy_facts = ("policy_mode", "policy_name", "policy_exists", "post_checkpoint", "policy_problem")
+    assert tuple(pod[k] for k in policy_facts) == ("create", f"jupyter-suspend-{POD}", False, "resume", None)
+
+    requested = run(client.request_snapshot())
+    trigger = requested["trigger"]
+    assert trigger.startswith(f"{POD}-")
+    assert (requested["policy"], requested["policy_created"]) == (f"jupyter-suspend-{POD}", True)
+    stored_trigger = custom_get(cluster, kube_ns, "podsnapshotmanualtriggers", trigger)
+    assert stored_trigger is not None
+    assert stored_trigger["spec"] == {"targetPod": POD}
+    assert stored_trigger["metadata"]["labels"]["jupyter-suspend/pod-uid"] == uid
+
+    # The per-pod policy as the real API server stored it (CRD defaulting and pruning applied).
+    policy = custom_get(cluster, kube_ns, "podsnapshotpolicies", f"jupyter-suspend-{POD}")
+    assert policy is not None
+    assert policy["spec"] == {
+        "selector": {"matchLabels": dict(term.split("=") for term in POD_LABELS_SELECTOR.split(","))},
+        "storageConfigName": "jupyter-suspend",
+        "triggerConfig": {"type": "manual", "postCheckpoint": "resume"},
+        "retentionConfig": {"lastAccessTimeout": "7d"},
+    }  # fmt: skip
+
+    view = follow_until_done(client, trigger)
+    assert view["phase"] == "ready", view
+    assert view["reason"] == "AllSnapshotsAvailable"
+    snapshot = view["snapshot"]
+    assert snapshot in gke.snapshots_created
+    assert view["gcs_path"] == f"gs://simulated/{kube_ns}/{POD}/{snapshot}"
+    kinds = {(c["source"], c["type"]): c for c in view["conditions"]}
+    assert kinds["trigger", "Triggered"]["status"] == "True"
+    assert kinds["snapshot", "Checkpoint"]["reason"] == "Succeeded"
+    assert kinds["snapshot", "Ready"]["lastTransitionTime"]
+    assert gke.stopped_pods == []  # postCheckpoint resume: the pod keeps running, the same pod
+    after = run(client.pod())
+    assert (after["uid"], after["phase"]) == (uid, "Running")
+    assert tuple(after[k] for k in policy_facts) == ("create", f"jupyter-suspend-{POD}", True, "resume", None)
+
+    # A second request reuses the policy.
+    again = run(client.request_snapshot())
+    assert again["policy_created"] is False
+    second = follow_until_done(client, again["trigger"])
+    assert second["phase"] == "ready"
+
+    # List and delete this pod's snapshots; a delete takes the trigger with it.
+    listed = run(client.snapshots())
+    assert (listed["pod"], listed["namespace"]) == (POD, kube_ns)
+    by_name = {s["name"]: s for s in listed["snapshots"]}
+    assert set(by_name) == {snapshot, second["snapshot"]}
+    entry = by_name[snapshot]
+    assert (entry["ready"], entry["policy"], entry["trigger"]) == (True, f"jupyter-suspend-{POD}", trigger)
+    assert entry["gcs_path"] == view["gcs_path"]
+    assert entry["last_access"]
+    assert entry["created"]
+
+    deleted = run(client.delete_snapshot(snapshot))
+    assert deleted == {"deleted": snapshot, "trigger": trigger}
+    wait_for(lambda: custom_get(cluster, kube_ns, "podsnapshotmanualtriggers", trigger) is None, 30, "trigger gone")
+    wait_for(lambda: custom_get(cluster, kube_ns, "podsnapshots", snapshot) is None, 30, "snapshot gone")
+    assert gke.deleted_storage == [view["gcs_path"]]  # GKE's finalizer freed the storage
+    assert [s["name"] for s in run(client.snapshots())["snapshots"]] == [second["snapshot"]]
+    with pytest.raises(SidecarError) as missing:
+        run(client.delete_snapshot(snapshot))
+    assert (missing.value.status, missing.value.code) == (404, proto.E_NOT_FOUND)
+    with pytest.raises(SidecarError) as unknown:
+        run(client.follow("no-such-trigger"))
+    assert (unknown.value.status, unknown.value.code) == (404, proto.E_NOT_FOUND)
+    assert proxy.rejected() == []  # the real authorizer allowed every call the session made
+
+
+# --- require mode -----------------------------------------------------------------------------------------------------
+
+
+def base_policy(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """deploy/base's PodSnapshotPolicy, as the platform team installs it for require mode."""
+    (policy,) = [d for d in render(cluster, REPO / "deploy" / "base", namespace) if d["kind"] == "PodSnapshotPolicy"]
+    return policy
+
+
+def set_role_rule(cluster: Cluster, namespace: str, index: int, rule: dict[str, Any]) -> dict[str, Any]:
+    """Replace one rule of the sidecar's Role (returns the old one to put back)."""
+    role = get(cluster, namespace, "role", ACCOUNT)
+    assert role is not None
+    old: dict[str, Any] = role["rules"][index]
+    patch = [{"op": "replace", "path": f"/rules/{index}", "value": rule}]
+    cluster.kubectl("patch", "role", ACCOUNT, "-n", namespace, "--type=json", "-p", json.dumps(patch))
+    return old
+
+
+def can(cluster: Cluster, namespace: str, verb: str, what: str) -> bool:
+    out = cluster.kubectl(
+        "auth", "can-i", verb, what, "-n", namespace, f"--as=system:serviceaccount:{namespace}:{ACCOUNT}", check=False
+    )
+    return out.strip() == "yes"
+
+
+def test_require_mode_reads_the_installed_policy_only(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    policy_kind = f"podsnapshotpolicies.{GROUP}"
+    cluster.kubectl("delete", policy_kind, POLICY, "-n", kube_ns)
+    client = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars).client
+
+    # The pod view says which policy applies and what it does after the checkpoint, with 'get' only.
+    proxy.reset_calls()
+    facts = ("policy_mode", "policy_name", "policy_exists", "post_checkpoint", "policy_problem")
+    assert tuple(run(client.pod())[k] for k in facts) == ("require", POLICY, False, None, None)
+    assert proxy.triples() == {("", "pods", "get"), (GROUP, "podsnapshotpolicies", "get")}
+    policy = base_policy(cluster, kube_ns)
+    policy["spec"]["triggerConfig"]["postCheckpoint"] = "resume"  # the pod keeps running (and its token valid)
+    kubectl_json(cluster, kube_ns, "create", "-f", "-", body=policy)
+    assert tuple(run(client.pod())[k] for k in facts) == ("require", POLICY, True, "resume", None)
+    stop = {"spec": {"triggerConfig": {"postCheckpoint": "stop"}}}
+    cluster.kubectl("patch", policy_kind, POLICY, "-n", kube_ns, "--type=merge", "-p", json.dumps(stop))
+    assert run(client.pod())["post_checkpoint"] == "stop"
+    unset = {"spec": {"triggerConfig": {"postCheckpoint": None}}}  # unset: GKE's default
+    cluster.kubectl("patch", policy_kind, POLICY, "-n", kube_ns, "--type=merge", "-p", json.dumps(unset))
+    assert run(client.pod())["post_checkpoint"] == "resume"
+
+    # The Role stops allowing the read (the real authorizer's 403): said as a problem, not a crash.
+    old = set_role_rule(cluster, kube_ns, 1, {**policy_rule(), "resourceNames": ["another-policy"]})
+    wait_for(lambda: not can(cluster, kube_ns, "get", f"{policy_kind}/{POLICY}"), 30, "RBAC denies the policy read")
+    unreadable = run(client.pod())
+    assert (unreadable["policy_exists"], unreadable["post_checkpoint"]) == (None, None)
+    assert "does not allow 'get'" in (unreadable["policy_problem"] or "")
+    assert [c.resource for c in proxy.rejected()] == ["podsnapshotpolicies"]
+    set_role_rule(cluster, kube_ns, 1, old)
+    wait_for(lambda: can(cluster, kube_ns, "get", f"{policy_kind}/{POLICY}"), 30, "RBAC allows the policy read again")
+    cluster.kubectl("delete", policy_kind, POLICY, "-n", kube_ns)
+
+    proxy.reset_calls()
+    with pytest.raises(SidecarError) as err:
+        run(client.request_snapshot())
+    assert (err.value.status, err.value.code, err.value.retryable) == (409, proto.E_POLICY_MISSING, False)
+    assert POLICY in err.value.message
+    assert f"ask the platform team to install PodSnapshotPolicy {POLICY}" in err.value.next_step
+    assert proxy.triples() == {("", "pods", "get"), (GROUP, "podsnapshotpolicies", "get")}
+    assert (
+        json.loads(cluster.kubectl("get", f"podsnapshotmanualtriggers.{GROUP}", "-n", kube_ns, "-o", "json"))["items"]
+        == []
+    )
+
+    # A policy that does not select this pod is refused before any trigger is made.
+    wrong = base_policy(cluster, kube_ns)
+    wrong["spec"]["selector"] = {"matchLabels": {"app": "something-else"}}
+    kubectl_json(cluster, kube_ns, "create", "-f", "-", body=wrong)
+    with pytest.raises(SidecarError) as err:
+        run(client.request_snapshot())
+    assert (err.value.status, err.value.code) == (409, proto.E_POLICY_CONFLICT)
+    assert f"does not select pod {POD}" in err.value.message
+    cluster.kubectl("delete", policy_kind, POLICY, "-n", kube_ns)
+
+    kubectl_json(cluster, kube_ns, "create", "-f", "-", body=policy)
+    proxy.reset_calls()
+    requested = run(client.request_snapshot())
+    assert (requested["policy"], requested["policy_created"]) == (POLICY, False)
+    assert follow_until_done(client, requested["trigger"])["phase"] == "ready"
+    assert {c.verb for c in proxy.calls if c.resource == "podsnapshotpolicies"} == {"get"}
+
+
+def policy_rule() -> dict[str, Any]:
+    return {"apiGroups": [GROUP], "resources": ["podsnapshotpolicies"], "resourceNames": [POLICY], "verbs": ["get"]}
+
+
+# --- failures --------------------------------------------------------------------------------------------------------
+
+
+def resume_policy(cluster: Cluster, namespace: str) -> None:
+    """The installed policy resumes the pod after its checkpoint: the pod (and the token bound to it) stays."""
+    patch = {"spec": {"triggerConfig": {"postCheckpoint": "resume"}}}
+    cluster.kubectl(
+        "patch", f"podsnapshotpolicies.{GROUP}", POLICY, "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+
+
+def test_failures_are_reported(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    resume_policy(cluster, kube_ns)
+    client = start(
+        cluster, kube_ns, notebook, proxy, tmp_path, sidecars, [*REQUIRE_ARGS, "--kube-timeout", "1.5"]
+    ).client
+
+    expected = {
+        "trigger_fails": ("Failed", "could not be triggered"),
+        "trigger_error": ("Error", "internal error"),
+        "checkpoint_fails": ("Failed", "checkpoint failed"),
+    }
+    for behaviour, (reason, words) in expected.items():
+        gke.behaviour = behaviour
+        view = follow_until_done(client, run(client.request_snapshot())["trigger"])
+        assert view["phase"] == "failed", (behaviour, view)
+        assert view["reason"] == reason, (behaviour, view)
+        assert words in (view["message"] or ""), (behaviour, view)
+        assert view["conditions"], behaviour
+
+    # never_ready: the upload never finishes; a bounded wait answers "uploading" when it runs out.
+    gke.behaviour = "never_ready"
+    trigger = run(client.request_snapshot())["trigger"]
+    view = run(client.follow(trigger))
+    while view["phase"] in ("pending", "checkpointing"):
+        view = run(client.follow(trigger, wait=5, since=view["phase"]))
+    assert (view["phase"], view["reason"]) == ("uploading", "AwaitingCheckpoint")
+    view = run(client.follow(trigger, wait=1))
+    assert view["phase"] == "uploading"
+
+    # A trigger naming a snapshot the API does not show (yet): still checkpointing, and saying so. (GKE's
+    # controller is stopped first: the status is the test's, written through the status subresource.)
+    gke.stop()
+    ghost = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodSnapshotManualTrigger",
+        "metadata": {"name": "ghost-trigger"},
+    }
+    ghost["spec"] = {"targetPod": POD}
+    kubectl_json(cluster, kube_ns, "create", "-f", "-", body=ghost)
+    status = {
+        "status": {
+            "conditions": [{"type": "Triggered", "status": "True", "reason": "Complete", "message": "done",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "snapshotCreated": {"name": "ghost"},
+        }
+    }  # fmt: skip
+    cluster.kubectl(
+        "patch", f"podsnapshotmanualtriggers.{GROUP}", "ghost-trigger", "-n", kube_ns,
+        "--subresource=status", "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+    seen = run(client.follow("ghost-trigger"))
+    assert (seen["phase"], seen["reason"], seen["snapshot"]) == ("checkpointing", "SnapshotNotFound", "ghost")
+
+    # The API answers 500, 503 or 429: a retryable 502.
+    proxy.fail("POST", r"/podsnapshotmanualtriggers$", 500)
+    with pytest.raises(SidecarError) as err:
+        run(client.request_snapshot())
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAVAILABLE, True)
+    proxy.fail("GET", rf"/pods/{POD}$", 503)
+    with pytest.raises(SidecarError) as err:
+        run(client.pod())
+    assert (err.value.status, err.value.retryable) == (502, True)
+    proxy.fail("GET", rf"/pods/{POD}$", 429, retry_after=5)
+    started = time.monotonic()
+    with pytest.raises(SidecarError) as err:
+        run(client.pod())
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAVAILABLE, True)
+    assert time.monotonic() - started < 4.0  # the caller hears it at once (no sleep on Retry-After inside)
+
+    # The Role does not allow a call (the real authorizer's 403): 502 that says so.
+    snapshots_rule = {"apiGroups": [GROUP], "resources": ["podsnapshots"], "verbs": ["get", "watch", "delete"]}
+    old = set_role_rule(cluster, kube_ns, 3, snapshots_rule)
+    wait_for(lambda: not can(cluster, kube_ns, "list", f"podsnapshots.{GROUP}"), 30, "RBAC denies the list")
+    with pytest.raises(SidecarError) as err:
+        run(client.snapshots())
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_FORBIDDEN, False)
+    assert "the sidecar's Role does not allow 'list' on podsnapshot.gke.io/podsnapshots" in err.value.message
+    assert "role.yaml" in err.value.next_step
+    set_role_rule(cluster, kube_ns, 3, old)
+
+    # The API does not answer in time: a retryable 504.
+    proxy.delay("GET", r"/podsnapshotmanualtriggers/", 3.0)
+    with pytest.raises(SidecarError) as err:
+        run(client.follow(trigger))
+    assert (err.value.status, err.value.code, err.value.retryable) == (504, proto.E_KUBE_TIMEOUT, True)
+    assert run(client.follow(trigger))["phase"] == "uploading"  # and the next call works
+
+
+# --- refusals: no Kubernetes API call at all ------------------------------------------------------------------------
+
+
+def test_refused_requests_make_no_api_call(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    resume_policy(cluster, kube_ns)
+    other_pod(cluster, kube_ns, "other-0")
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    other = their_trigger(cluster, kube_ns, gke, "other-trigger", "other-0")
+
+    request = proto.PATH_SNAPSHOT_REQUESTS
+    wrong_secret = "Bearer " + "x" * 43
+    cases: list[tuple[str, str, bytes, dict[str, Any], int, str]] = [
+        # (method, path, body, raw() options, status, error)
+        ("POST", request, b"{}", {"auth": None}, 401, proto.E_UNAUTHORIZED),
+        ("POST", request, b"{}", {"auth": wrong_secret}, 401, proto.E_UNAUTHORIZED),
+        ("POST", request, b"{}", {"auth": "Basic " + sidecar.secret()}, 401, proto.E_UNAUTHORIZED),
+        ("GET", proto.PATH_POD, b"", {"auth": None}, 401, proto.E_UNAUTHORIZED),
+        ("GET", proto.PATH_SNAPSHOTS, b"", {"auth": wrong_secret}, 401, proto.E_UNAUTHORIZED),
+        ("DELETE", proto.snapshot_path(other), b"", {"auth": None}, 401, proto.E_UNAUTHORIZED),
+        ("GET", "/v1/nothing-here", b"", {"auth": None}, 401, proto.E_UNAUTHORIZED),
+        ("POST", request, b"{not json", {}, 400, proto.E_MALFORMED),
+        ("POST", request, b"[1, 2]", {}, 400, proto.E_NOT_AN_OBJECT),
+        ("POST", request, b"[" * 10000, {}, 400, proto.E_MALFORMED),
+        ("POST", request, b'{"pod": "notebook-\xff"}', {}, 400, proto.E_MALFORMED),
+        ("POST", request + "?pod=notebook-0", b"{}", {}, 400, proto.E_UNKNOWN_FIELD),
+        ("POST", request, b"x" * (proto.MAX_BODY_BYTES + 1), {}, 413, proto.E_BODY_TOO_LARGE),
+        (
+            "POST",
+            request,
+            chunked(b'{"pod": "' + b"a" * (proto.MAX_BODY_BYTES + 100) + b'"}'),
+            {"content_length": False, "headers": {"Transfer-Encoding": "chunked"}},
+            413,
+            proto.E_BODY_TOO_LARGE,
+        ),
+        ("POST", request, b'{"pod": "notebook-0", "force": true}', {}, 400, proto.E_UNKNOWN_FIELD),
+        ("POST", request, b'{"pod": 7}', {}, 400, proto.E_WRONG_TYPE),
+        ("POST", request, b'{"namespace": null}', {}, 400, proto.E_WRONG_TYPE),
+        ("POST", request, b'{"pod": "other-0"}', {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("POST", request, b'{"namespace": "kube-system"}', {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("POST", request, b'{"pod": "notebook-0", "namespace": "team-b"}', {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("GET", proto.PATH_SNAPSHOTS + "?pod=other-0", b"", {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("GET", proto.PATH_POD + "?namespace=team-b", b"", {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("DELETE", proto.snapshot_path(other) + "?namespace=team-b", b"", {}, 403, proto.E_FORBIDDEN_TARGET),
+        ("GET", proto.PATH_SNAPSHOTS + "?all=true", b"", {}, 400, proto.E_UNKNOWN_FIELD),
+        ("GET", proto.PATH_SNAPSHOTS, b'{"pod": "notebook-0"}', {}, 400, proto.E_UNEXPECTED_BODY),
+        ("GET", proto.snapshot_request_path("x") + "?wait=soon", b"", {}, 400, proto.E_WRONG_TYPE),
+        ("GET", proto.snapshot_request_path("x") + "?wait=31", b"", {}, 400, proto.E_INVALID_VALUE),
+        ("GET", proto.snapshot_request_path("x") + "?wait=nan", b"", {}, 400, proto.E_INVALID_VALUE),
+        ("GET", proto.snapshot_request_path("x") + "?since=done", b"", {}, 400, proto.E_INVALID_VALUE),
+        ("GET", proto.snapshot_request_path("Not_A_Name"), b"", {}, 400, proto.E_INVALID_VALUE),
+        ("DELETE", proto.snapshot_path("..%2Fpods"), b"", {}, 400, proto.E_INVALID_VALUE),
+        ("PUT", proto.PATH_POD, b"{}", {}, 405, proto.E_METHOD),
+        ("GET", "/v1/nothing-here", b"", {}, 404, proto.E_NOT_FOUND),
+    ]
+    proxy.reset_calls()
+    for method, path, body, options, status, error in cases:
+        got_status, answer = sidecar.raw(method, path, body, **options)
+        assert (got_status, answer.get("error")) == (status, error), (method, path, body[:60], answer)
+        assert isinstance(answer.get("message"), str), answer
+        assert answer["message"], answer
+        assert proxy.calls == [], (method, path, proxy.calls)
+
+    # Another pod's snapshot: a get to read its origin, then the answer a missing one gets -- never a delete.
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.delete_snapshot(other))
+    assert (err.value.status, err.value.code) == (404, proto.E_NOT_FOUND)
+    with pytest.raises(SidecarError) as missing:
+        run(sidecar.client.delete_snapshot("no-such-snapshot"))
+    assert str(err.value).replace(other, "NAME") == str(missing.value).replace("no-such-snapshot", "NAME")
+    assert proxy.triples() == {(GROUP, "podsnapshots", "get")}
+    assert custom_get(cluster, kube_ns, "podsnapshots", other) is not None
+    # Another pod's snapshot request cannot be followed, and its snapshot is not listed as this pod's.
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.follow("other-trigger"))
+    assert (err.value.status, err.value.code) == (404, proto.E_NOT_FOUND)
+    with pytest.raises(SidecarError) as missing:
+        run(sidecar.client.follow("no-such-trigger"))
+    assert str(err.value).replace("other-trigger", "NAME") == str(missing.value).replace("no-such-trigger", "NAME")
+    assert run(sidecar.client.snapshots())["snapshots"] == []
+    assert not [c for c in proxy.calls if c.verb == "delete"]
+
+    # The right secret, then a restart: the client reads the new secret, the old one is refused.
+    old_secret = sidecar.secret()
+    sidecar.stop()
+    assert sidecar.proc is not None
+    assert sidecar.proc.returncode == 0
+    with pytest.raises(SidecarUnavailable, match="is the sidecar"):
+        run(sidecar.client.pod())
+    sidecar.start(sidecar.token)
+    assert sidecar.secret() != old_secret
+    assert run(sidecar.client.pod())["name"] == POD
+    assert sidecar.raw("GET", proto.PATH_POD, auth=f"Bearer {old_secret}")[0] == 401
+
+    # A restart between the client's read of the secret and the answer: the client asks once more.
+    class ReadBeforeRestart(SidecarClient):
+        reads = 0
+
+        def _secret(self) -> str:
+            self.reads += 1
+            return old_secret if self.reads == 1 else super()._secret()
+
+    late = ReadBeforeRestart(sidecar.socket_path, sidecar.secret_path, timeout=10)
+    assert run(late.pod())["name"] == POD
+    assert late.reads == 3  # stale, compared after the 401, sent again
+
+
+# --- least privilege, by the real authorizer --------------------------------------------------------------------------
+
+
+def role_triples(cluster: Cluster, namespace: str) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) that the Role of deploy/base grants, as rendered into ``namespace``."""
+    (role,) = [d for d in render(cluster, REPO / "deploy" / "base", namespace) if d["kind"] == "Role"]
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_role_grants_exactly_the_calls_the_sidecar_makes(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    """A require-mode session through every endpoint (deploy/base's own configuration): each call it makes is one the
+    real RBAC authorizer allows with deploy/base's Role (none refused), the watches name their one object (the
+    field selector metadata.name, which RBAC's resourceNames can match), and together they are every grant of the
+    Role -- nothing granted is unused. Create mode's extra grant is shown by test_snapshot_of_own_pod_in_create_mode;
+    the denied neighbours by test_cluster_gke's least-privilege test."""
+    resume_policy(cluster, kube_ns)
+    gke.checkpoint_seconds = gke.upload_seconds = 0.6  # long enough for a follow to wait on each object
+    client = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars).client
+    run(client.pod())
+    trigger = run(client.request_snapshot())["trigger"]
+    view = run(client.follow(trigger))  # no wait: get
+    assert view["phase"] == "pending"
+    run(client.follow(trigger, wait=10))  # waits on the trigger
+    view = follow_until_done(client, trigger)  # waits on the snapshot
+    assert view["phase"] == "ready"
+    run(client.snapshots())
+    run(client.delete_snapshot(view["snapshot"]))
+    calls = proxy.calls
+    assert proxy.rejected() == [], proxy.rejected()
+    assert all(c.namespace == kube_ns for c in calls), calls
+    made = proxy.triples()
+    assert (GROUP, "podsnapshotmanualtriggers", "watch") in made
+    assert (GROUP, "podsnapshots", "watch") in made
+    assert made == role_triples(cluster, kube_ns)
+    for call in calls:
+        if call.verb in ("get", "watch", "delete"):
+            assert call.name, call  # a watch by name: pinnable by resourceNames
+        if call.resource == "pods":
+            assert call.name == POD, call
+        if call.resource == "podsnapshotpolicies":
+            assert call.name == POLICY, call
