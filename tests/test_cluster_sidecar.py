@@ -25,7 +25,7 @@ from tests.cluster.control_plane import Cluster
 from tests.cluster.faults import FaultProxy
 from tests.cluster.gke import GKESnapshotController
 from tests.cluster.notebook import REPO, RealSidecar, bound_token, deploy_base, get, render, wait_for
-from tests.sidecar_helpers import chunked, run
+from tests.sidecar_helpers import chunked, free_port, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -47,14 +47,21 @@ class Sidecar(RealSidecar):
     """The real sidecar with raw access to its socket, for requests no client would send."""
 
     token = ""
+    tcp: tuple[str, int] | None = None
+
+    def listen_tcp(self, port: int) -> None:
+        """Serve on 127.0.0.1:port instead of the socket (``--listen``)."""
+        self.tcp = ("127.0.0.1", port)
+        self.args += ["--listen", f"127.0.0.1:{port}"]
+        self.client = SidecarClient(self.socket_path, self.secret_path, timeout=30.0, tcp=self.tcp)
 
     def secret(self) -> str:
         return Path(self.secret_path).read_text().strip()
 
     def connect(self) -> socket.socket:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s = socket.socket(socket.AF_INET if self.tcp else socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(20)
-        s.connect(self.socket_path)
+        s.connect(self.tcp or self.socket_path)
         return s
 
     def raw(
@@ -131,11 +138,14 @@ def start(
     args: list[str] = REQUIRE_ARGS,
     name: str = "sidecar",
     token: str | None = None,
+    api_port: int | None = None,
+    tcp_port: int | None = None,
     **env: str,
 ) -> Sidecar:
-    sidecar = Sidecar(
-        cluster, namespace, pod, tmp_path / name, list(args), api_port=proxy.port if proxy else None, extra_env=env
-    )
+    port = api_port or (proxy.port if proxy else None)
+    sidecar = Sidecar(cluster, namespace, pod, tmp_path / name, list(args), api_port=port, extra_env=env)
+    if tcp_port is not None:
+        sidecar.listen_tcp(tcp_port)
     sidecar.token = token or bound_token(cluster, namespace, ACCOUNT, pod)
     sidecars.append(sidecar)
     sidecar.start(sidecar.token)
@@ -667,3 +677,333 @@ def test_role_grants_exactly_the_calls_the_sidecar_makes(
             assert call.name == POD, call
         if call.resource == "podsnapshotpolicies":
             assert call.name == POLICY, call
+
+
+# --- the configuration's other transport ------------------------------------------------------------------------------
+
+
+def test_loopback_listener_instead_of_the_socket(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars, tcp_port=free_port())
+    assert not os.path.exists(sidecar.socket_path)
+    assert stat.S_IMODE(os.stat(sidecar.secret_path).st_mode) == 0o600
+    assert run(sidecar.client.pod())["name"] == POD
+    proxy.reset_calls()
+    assert sidecar.raw("GET", proto.PATH_POD, auth=None)[0] == 401
+    assert proxy.calls == []
+
+
+# --- issue 19: the sidecar under attack ------------------------------------------------------------------------------
+
+
+def long_poll(sidecar: Sidecar, trigger: str, wait: int = 30) -> socket.socket:
+    """A `?wait=` request sent and left open (the caller closes the socket to hang up)."""
+    s = sidecar.connect()
+    request = (
+        f"GET {proto.snapshot_request_path(trigger)}?wait={wait} HTTP/1.1\r\nHost: sidecar\r\n"
+        f"Authorization: Bearer {sidecar.secret()}\r\nConnection: close\r\n\r\n"
+    )
+    s.sendall(request.encode())
+    return s
+
+
+def timed_pod_reads(sidecar: Sidecar, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        t0 = time.monotonic()
+        status, answer = sidecar.raw("GET", proto.PATH_POD)
+        times.append(time.monotonic() - t0)
+        assert status == 200, answer
+    return times
+
+
+@pytest.fixture
+def pending_request(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> tuple[Sidecar, str]:
+    """A sidecar with a snapshot request that stays `pending` (GKE takes a minute to checkpoint)."""
+    gke.checkpoint_seconds = 60.0
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars, [*REQUIRE_ARGS, "--request-timeout", "60"])
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    assert run(sidecar.client.follow(trigger))["phase"] == "pending"
+    return sidecar, trigger
+
+
+def test_item2_abandoned_long_polls_do_not_starve_the_sidecar(
+    proxy: FaultProxy, pending_request: tuple[Sidecar, str]
+) -> None:
+    """Sixteen and more `?wait=30` long-polls whose callers hang up: their watches on the real API server end at once
+    (counted as open streams through the proxy), and a plain `GET /v1/pod` meanwhile answers within a second."""
+    sidecar, trigger = pending_request
+    polls = [long_poll(sidecar, trigger) for _ in range(24)]
+    wait_for(lambda: proxy.open_watches >= 8, 20, "WATCH_SLOTS long-polls hold a watch, the rest wait")
+    assert max(timed_pod_reads(sidecar, 5)) < 1.0
+    for s in polls:
+        s.close()  # hang up
+    t0 = time.monotonic()
+    wait_for(lambda: proxy.open_watches == 0, 10, "the watches of the abandoned long-polls end")
+    assert time.monotonic() - t0 < 3.0  # not the 5 s of a watch chunk, nor the 30 s asked for
+    assert max(timed_pod_reads(sidecar, 5)) < 1.0
+    # A long-poll that stays answers at its deadline, with the phase it waited on.
+    view = run(sidecar.client.follow(trigger, wait=2))
+    assert view["phase"] == "pending"
+
+
+def test_item2_pod_read_under_200_long_polls_and_300_held_connections(
+    proxy: FaultProxy, pending_request: tuple[Sidecar, str]
+) -> None:
+    """The bench of the issue: 200 concurrent long-polls and 300 held connections (connected, nothing sent);
+    20 plain `GET /v1/pod` each answer within a second. The figures are printed (median and spread)."""
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    sidecar, trigger = pending_request
+    baseline = timed_pod_reads(sidecar, 10)
+    polls = [long_poll(sidecar, trigger) for _ in range(200)]
+    held = [sidecar.connect() for _ in range(300)]
+    try:
+        wait_for(lambda: proxy.open_watches >= 8, 20, "long-polls holding watches")
+        loaded = timed_pod_reads(sidecar, 20)
+    finally:
+        for s in polls + held:
+            s.close()
+    q = statistics.quantiles(loaded, n=10)
+    print(
+        f"\nGET /v1/pod (real API server), idle: median {1000 * statistics.median(baseline):.1f} ms; under 200 "
+        f"long-polls + 300 held connections: median {1000 * statistics.median(loaded):.1f} ms, p10-p90 "
+        f"{1000 * q[0]:.1f}-{1000 * q[-1]:.1f} ms, max {1000 * max(loaded):.1f} ms (n={len(loaded)})"
+    )
+    assert max(loaded) < 1.0, loaded
+
+    # The other reading of "200 concurrent": 200 plain GET /v1/pod at once, beside 300 held connections.
+    def one(_: int) -> float:
+        return timed_pod_reads(sidecar, 1)[0]
+
+    held = [sidecar.connect() for _ in range(300)]
+    try:
+        with ThreadPoolExecutor(200) as pool:
+            burst = sorted(pool.map(one, range(200)))
+    finally:
+        for s in held:
+            s.close()
+    q = statistics.quantiles(burst, n=10)
+    print(
+        f"200 concurrent GET /v1/pod + 300 held connections: median {1000 * statistics.median(burst):.0f} ms, "
+        f"p10-p90 {1000 * q[0]:.0f}-{1000 * q[-1]:.0f} ms, max {1000 * burst[-1]:.0f} ms"
+    )
+    assert max(burst) < 1.0, burst
+
+
+def test_item3_no_secret_or_token_in_any_log_line(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    secret = sidecar.secret()
+    token = sidecar.token  # the real bound token (a JWT the real API server accepts)
+    half = len(secret) // 2
+    hostile: list[bytes] = [
+        # A header with a control character: tornado refuses the request and would quote the line.
+        f"GET /v1/pod HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {secret[:half]}\x01{secret[half:]}\r\n\r\n".encode(),
+        f"GET /v1/pod HTTP/1.1\r\nHost: s\r\nX-Token: {token}\x7f\r\nAuthorization: Bearer {secret}\r\n\r\n".encode(),
+        f"GET /v1/pod HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {secret}\r\nBad\x00Name: {secret}\r\n\r\n".encode(),
+        # The secret and the token in query strings and paths.
+        f"GET /v1/pod?secret={secret} HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {secret}\r\n\r\n".encode(),
+        f"GET /v1/snapshots?token={token} HTTP/1.1\r\nHost: s\r\n\r\n".encode(),
+        f"DELETE /v1/snapshots/{secret} HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {secret}\r\n\r\n".encode(),
+        f"GET /v1/{token}?x={secret}%0A HTTP/1.1\r\nHost: s\r\n\r\n".encode(),
+        f"GET /v1/snapshot-requests/{token.lower()[:40]} HTTP/1.1\r\nAuthorization: {secret}\r\n\r\n".encode(),
+        # A request line that forges a log line.
+        f"GET /v1/pod\r\n2026-01-01 INFO forged {secret} HTTP/1.1\r\nHost: s\r\n\r\n".encode(),
+        f"P\x01ST /v1/pod?{secret} HTTP/1.1\r\nHost: s\r\n\r\n".encode(),
+    ]
+    for raw in hostile:
+        with sidecar.connect() as s:
+            s.sendall(raw)
+            s.shutdown(1)
+            while s.recv(65536):
+                pass
+    # The token refused by the API (logged as an API answer) and the sidecar's own DEBUG lines.
+    proxy.fail("GET", rf"/pods/{POD}$", 401, times=2, message=f"token {token} rejected")
+    with pytest.raises(SidecarError):
+        run(sidecar.client.pod())
+    log = sidecar.log()
+    for needle in (secret, token, secret[:half], secret[half:], token.lower()[:40]):
+        assert needle not in log, needle
+    # The access log names routes, never the raw URI; control characters never reach the log raw.
+    assert "DELETE /v1/snapshots/{name} 400" in log
+    assert not any(c in log for c in "\x00\x01\x7f")
+    assert "INFO forged" not in log
+
+
+def test_item4_api_errors_are_said_in_our_words(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    leaks = (
+        'Internal error occurred: failed calling webhook "gate.example.com": Post '
+        '"https://10.12.0.7:8443/validate?timeout=10s": dial tcp 10.12.0.7:8443: connect: connection refused; '
+        f'User "system:serviceaccount:{kube_ns}:jupyter-suspend-sidecar" cannot create podsnapshotmanualtriggers'
+    )
+    secret_words = ("10.12.0.7", "gate.example.com", f"system:serviceaccount:{kube_ns}", "https://")
+    for code, expect in ((403, proto.E_KUBE_FORBIDDEN), (500, proto.E_KUBE_UNAVAILABLE), (422, proto.E_KUBE_ERROR)):
+        proxy.fail("POST", r"/podsnapshotmanualtriggers$", code, message=leaks)
+        with pytest.raises(SidecarError) as err:
+            run(sidecar.client.request_snapshot())
+        assert err.value.code == expect
+        # What to do: a next step, or for a 5xx "again, in a moment" (retryable; the caller words it).
+        assert err.value.next_step if code != 500 else err.value.retryable, err.value
+        for word in secret_words:
+            assert word not in str(err.value), (word, str(err.value))
+    # The real API server's own words for a real 403 are not passed on either (they name the identity).
+    set_role_rule(
+        cluster, kube_ns, 2, {"apiGroups": [GROUP], "resources": ["podsnapshotmanualtriggers"], "verbs": ["get"]}
+    )
+    wait_for(lambda: not can(cluster, kube_ns, "create", f"podsnapshotmanualtriggers.{GROUP}"), 30, "RBAC denies")
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.request_snapshot())
+    assert err.value.code == proto.E_KUBE_FORBIDDEN
+    assert f"system:serviceaccount:{kube_ns}" not in str(err.value)
+    assert [c.verb for c in proxy.rejected()] == ["create"]
+    # The detail is in the sidecar's own log, at DEBUG (it names other objects and the identity).
+    debug = [line for line in sidecar.log().splitlines() if "10.12.0.7" in line]
+    assert debug
+    assert all(" DEBUG " in line for line in debug), debug
+    # An unexpected failure is not described to the caller either.
+    status, answer = sidecar.raw("GET", proto.PATH_POD, headers={"Content-Length": "x"})
+    assert status == 400
+    assert "x" not in answer["message"].split()
+
+
+def test_item5_request_deadlines_and_connection_cap(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    args = [*REQUIRE_ARGS, "--request-timeout", "1", "--max-connections", "16"]
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars, args)
+    # A drip-fed body: closed after the deadline, without an answer and without an API call.
+    proxy.reset_calls()
+    s = sidecar.connect()
+    head = (
+        f"POST {proto.PATH_SNAPSHOT_REQUESTS} HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer {sidecar.secret()}\r\n"
+        "Content-Length: 100\r\n\r\n{"
+    )
+    s.sendall(head.encode())
+    t0 = time.monotonic()
+    closed = False
+    while time.monotonic() - t0 < 5:
+        try:
+            s.sendall(b" ")
+            s.settimeout(0.3)
+            if s.recv(1024) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            closed = True
+            break
+    s.close()
+    assert closed
+    assert time.monotonic() - t0 < 3.0
+    # Headers that never end: closed after the deadline too.
+    s = sidecar.connect()
+    s.sendall(b"GET /v1/pod HTTP/1.1\r\nHost: s\r\n")
+    s.settimeout(5)
+    t0 = time.monotonic()
+    assert s.recv(1024) == b""
+    assert time.monotonic() - t0 < 3.0
+    s.close()
+    assert proxy.calls == []
+    # The cap: 16 held connections; the 17th is answered 503 too_busy and closed at once, and a slot frees
+    # when one goes.
+    held = [sidecar.connect() for _ in range(16)]
+    time.sleep(0.2)
+    extra = sidecar.connect()
+    extra.settimeout(2)
+    answer = b""
+    while data := extra.recv(4096):
+        answer += data
+    extra.close()
+    status, body = _parse_response(answer, "over the cap")
+    assert (status, json.loads(body)["error"], json.loads(body)["retryable"]) == (503, proto.E_TOO_BUSY, True)
+    held.pop().close()
+    time.sleep(0.2)
+    assert sidecar.raw("GET", proto.PATH_POD)[0] == 200
+    for h in held:
+        h.close()
+    assert "connections open: refusing further ones" in sidecar.log()
+
+
+def test_item6_bad_names_are_refused_before_any_api_call(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    proxy.reset_calls()
+    cases = [
+        ("DELETE", proto.snapshot_path("a%0A")),  # a trailing newline, decoded into the path argument
+        ("DELETE", proto.snapshot_path("a..b")),
+        ("DELETE", proto.snapshot_path("a.-b")),
+        ("DELETE", proto.snapshot_path("a" * 254)),
+        ("GET", proto.snapshot_request_path("a..b")),
+        ("GET", proto.snapshot_request_path("a" * 64)),  # a trigger name is also a label value
+        ("GET", proto.snapshot_request_path("x%0A")),
+        ("GET", proto.PATH_POD + "?pod=notebook-0%0A"),
+        ("GET", proto.PATH_POD + f"?namespace={kube_ns}%0A"),
+        ("GET", proto.PATH_SNAPSHOTS + "?namespace=team.a"),
+    ]
+    for method, path in cases:
+        status, answer = sidecar.raw(method, path)
+        assert (status, answer["error"]) == (400, proto.E_INVALID_VALUE), (path, answer)
+        assert "\n" not in answer["message"]
+    assert proxy.calls == []
+
+
+def test_item6_an_owner_label_that_is_no_object_name_is_refused_before_any_owner_call(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    cluster.kubectl("label", "pod", POD, "-n", kube_ns, "notebook-name=Not_A.Name")  # a label value, no object name
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars, ["--workload", "notebook"])
+    proxy.reset_calls()
+    for method, path, body in (("GET", proto.PATH_WORKLOAD, b""), ("POST", proto.PATH_WORKLOAD_STOP, b"{}")):
+        status, answer = sidecar.raw(method, path, body)
+        assert (status, answer["error"]) == (409, proto.E_OWNER_UNKNOWN), answer
+        assert answer["next_step"]
+    assert {(c.verb, c.resource) for c in proxy.calls} == {("get", "pods")}
+    assert proxy.rejected() == []
+
+
+def test_item7_not_found_and_not_yours_are_answered_alike(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    other_pod(cluster, kube_ns, "secret-project-0")
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    theirs = their_trigger(cluster, kube_ns, gke, "theirs", "secret-project-0")
+    answers = []
+    for method, path in (
+        ("GET", proto.snapshot_request_path("theirs")),
+        ("GET", proto.snapshot_request_path("unknown")),
+        ("DELETE", proto.snapshot_path(theirs)),
+        ("DELETE", proto.snapshot_path("unknown")),
+    ):
+        status, answer = sidecar.raw(method, path)
+        name = path.rsplit("/", 1)[1]
+        answers.append((status, json.dumps(answer).replace(name, "NAME")))
+        assert "secret-project" not in json.dumps(answer).replace(name, "")
+    assert answers[0] == answers[1], answers
+    assert answers[2] == answers[3], answers
+    assert answers[0][0] == 404
+    assert "secret-project-0" in sidecar.log()  # said at DEBUG, for whoever reads the sidecar's log
+    assert not [c for c in proxy.calls if c.verb == "delete"]
+    assert custom_get(cluster, kube_ns, "podsnapshots", theirs) is not None

@@ -32,6 +32,7 @@ import contextlib
 import http.client
 import json
 import re
+import select
 import socket
 import socketserver
 import ssl
@@ -288,9 +289,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._head(answer, chunked=True)
         state = self.server.state
+        relayed = threading.Event()
         if watching:
             with state.lock:
                 state.open_watches += 1
+            # A caller that hangs up on a watch is otherwise noticed only at the next event: watch its socket.
+            threading.Thread(target=self._end_with_caller, args=(relayed,), daemon=True).start()
         events = 0
         try:
             while True:
@@ -316,9 +320,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._drop(answer)
         finally:
+            relayed.set()
             if watching:
                 with state.lock:
                     state.open_watches -= 1
+
+    def _end_with_caller(self, relayed: threading.Event) -> None:
+        """While a watch is relayed the caller sends nothing; anything readable on its socket (a TLS close_notify,
+        the end of the stream) means it hung up: end the API server's stream too, as a direct connection would."""
+        upstream = self._upstream
+        while not relayed.is_set():
+            readable, _, _ = select.select([self.request], [], [], 0.2)
+            if readable and not relayed.is_set():
+                if upstream is not None and upstream.sock is not None:
+                    with contextlib.suppress(OSError):
+                        upstream.sock.shutdown(socket.SHUT_RDWR)
+                return
 
     def _hang_up(self, answer: http.client.HTTPResponse) -> None:
         data = answer.read()
