@@ -176,7 +176,12 @@ def other_pod(cluster: Cluster, namespace: str, name: str) -> None:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "jupyter-suspend-notebook"}},
-        "spec": {"containers": [{"name": "notebook", "image": "jupyter-suspend:0.1.0"}]},
+        # The sidecar's ServiceAccount, as deploy/base's pod: a token can be bound only to a pod that runs as it.
+        "spec": {
+            "serviceAccountName": ACCOUNT,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "notebook", "image": "jupyter-suspend:0.1.0"}],
+        },
     }
     kubectl_json(cluster, namespace, "create", "-f", "-", body=pod)
 
@@ -1007,3 +1012,200 @@ def test_item7_not_found_and_not_yours_are_answered_alike(
     assert "secret-project-0" in sidecar.log()  # said at DEBUG, for whoever reads the sidecar's log
     assert not [c for c in proxy.calls if c.verb == "delete"]
     assert custom_get(cluster, kube_ns, "podsnapshots", theirs) is not None
+
+
+def _sidecar_with(
+    cluster: Cluster, namespace: str, pod: dict[str, Any], tmp_path: Path, sidecars: list[Sidecar], name: str, **kw: Any
+) -> Sidecar:
+    return start(cluster, namespace, pod, None, tmp_path, sidecars, [*REQUIRE_ARGS, "--kube-timeout", "2"], name, **kw)
+
+
+def test_item8_transport_failures_are_named(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    """Connection refused, DNS failure, TLS failure and timeout: each its own code and next step, and a refused
+    connection answers at once (urllib3's NewConnectionError is a ConnectTimeoutError: it used to be "timeout")."""
+    import threading
+
+    import trustme
+
+    refused = _sidecar_with(cluster, kube_ns, notebook, tmp_path, sidecars, "refused", api_port=free_port())
+    t0 = time.monotonic()
+    with pytest.raises(SidecarError) as err:
+        run(refused.client.pod())
+    assert (err.value.code, err.value.retryable) == (proto.E_KUBE_REFUSED, True)
+    assert "refused the connection" in err.value.message
+    assert err.value.next_step
+    assert time.monotonic() - t0 < 2.0
+
+    dns = _sidecar_with(
+        cluster, kube_ns, notebook, tmp_path, sidecars, "dns", KUBERNETES_SERVICE_HOST="no-such-api.invalid"
+    )
+    with pytest.raises(SidecarError) as err:
+        run(dns.client.pod())
+    assert err.value.code == proto.E_KUBE_DNS, err.value
+    assert "KUBERNETES_SERVICE_HOST" in err.value.next_step
+
+    other_ca = tmp_path / "other-ca.crt"
+    other_ca.write_bytes(trustme.CA().cert_pem.bytes())  # not the CA that signed the API server's certificate
+    tls = start(
+        cluster, kube_ns, notebook, None, tmp_path, sidecars, [*REQUIRE_ARGS, "--ca-file", str(other_ca)], "tls"
+    )
+    with pytest.raises(SidecarError) as err:
+        run(tls.client.pod())
+    assert (err.value.code, err.value.retryable) == (proto.E_KUBE_TLS, False), err.value
+    assert "ca-file" in err.value.next_step
+
+    # An address that accepts and never answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        port = int(silent.getsockname()[1])
+        slow = _sidecar_with(cluster, kube_ns, notebook, tmp_path, sidecars, "timeout", api_port=port)
+        with pytest.raises(SidecarError) as err:
+            run(slow.client.pod())
+        assert (err.value.status, err.value.code, err.value.retryable) == (504, proto.E_KUBE_TIMEOUT, True)
+    finally:
+        stop.set()
+        thread.join(5)
+        for s in accepted:
+            s.close()
+        silent.close()
+
+
+# --- issue 18: after a restore, and trigger names ---------------------------------------------------------------------
+
+
+def token_status(cluster: Cluster, namespace: str, token: str) -> int:
+    """The real API server's answer to a read of the sidecar's own pod with ``token`` (directly, not through the
+    proxy: the test's probe is not one of the sidecar's calls)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{cluster.server}/api/v1/namespaces/{namespace}/pods/{POD}", headers={"Authorization": f"Bearer {token}"}
+    )
+    context = ssl.create_default_context(cafile=str(cluster.ca_file))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def pod_restored(cluster: Cluster, namespace: str, name: str, old_uid: str) -> dict[str, Any] | None:
+    pod = get(cluster, namespace, "pod", name)
+    if pod is None or pod["metadata"]["uid"] == old_uid:
+        return None
+    conditions = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}
+    restored = conditions.get("PodRestored")
+    return pod if restored and restored["status"] == "True" else None
+
+
+def test_item18_6_after_restore_a_stale_token_says_so_and_a_fresh_one_is_read_again_on_401(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    """A real restore: the sidecar's snapshot stops the pod, the real StatefulSet controller replaces it (a new uid),
+    GKE restores the replacement. The sidecar process goes on (as a restored sandbox does) with the old pod's
+    environment and token, which the real API server now refuses (401: its bound pod is gone).
+
+    While the files still hold the deleted pod's token: one retry after re-reading, then a plain answer (status,
+    next step) -- and a snapshot deletion is not attempted a third time. Once the kubelet has written the new pod's
+    token: the first call is refused with the cached token, the sidecar reads the file at once and the one retry
+    succeeds (not after the client's 60 s refresh)."""
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    old_uid = notebook["metadata"]["uid"]
+    assert run(sidecar.client.pod())["restored"] is False
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    new_pod = wait_for(lambda: pod_restored(cluster, kube_ns, POD, old_uid), 120, "the restored replacement pod")
+    snapshot = gke.restored[0][1]
+    assert gke.snapshots_created == [snapshot]
+    assert trigger
+
+    # The stale token, once the API server's cache of successful authentications (10 s, TokenSuccessCacheTTL in
+    # k8s.io/kubernetes pkg/kubeapiserver/options/authentication.go) no longer vouches for it.
+    wait_for(lambda: token_status(cluster, kube_ns, sidecar.token) == 401, 60, "the old pod's token refused")
+    proxy.reset_calls()
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.delete_snapshot("consumed-snapshot"))
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAUTHORIZED, True)
+    assert "also after reading it again" in err.value.message
+    assert "restored from a snapshot" in err.value.next_step
+    assert "releaser" in err.value.next_step
+    assert [c.status for c in proxy.rejected()] == [401, 401]  # the call and its one retry, by the real API server
+    assert [c for c in proxy.calls if c.status not in (401, 403)] == []
+
+    # The kubelet writes the new pod's token.
+    stale = sidecar.token
+    sidecar.token = bound_token(cluster, kube_ns, ACCOUNT, new_pod)
+    sidecar.write_token(sidecar.token)
+    cluster.kubectl("annotate", "pod", POD, "-n", kube_ns, f"podsnapshot.gke.io/ps-name={snapshot}")
+    proxy.reset_calls()
+    pod = run(sidecar.client.pod())
+    # The downward-API uid is the old pod's (environment from memory): reported, and the restore is known from the
+    # API's PodRestored condition, not from the uid alone.
+    assert pod["restored"] is True
+    assert snapshot in (pod["restored_message"] or "")
+    assert pod["started_uid"] == old_uid != pod["uid"] == new_pod["metadata"]["uid"]
+    assert pod["pinned_snapshot"] == snapshot
+    assert pod["annotations"] == {"podsnapshot.gke.io/ps-name": snapshot}
+    assert any(c["type"] == "PodRestored" and c["status"] == "True" for c in pod["conditions"])
+    assert [c.verb for c in proxy.rejected()] == ["get"]  # one refused call, then the retry with the new token
+    resume_policy(cluster, kube_ns)  # the next snapshot leaves the pod (and this token) in place
+    assert run(sidecar.client.request_snapshot())["trigger"]
+    assert len(proxy.rejected()) == 1
+    assert stale not in sidecar.log()
+
+
+def test_item18_8_trigger_names_fit_a_label_value(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    from jupyter_suspend.sidecar.kube import TRIGGERED_BY_LABEL, trigger_name
+
+    for name in ("notebook-0", "a" * 63, "a" * 200 + "-0", "x" * 39 + ".y-0", "n" * 40 + "-" * 5 + "b"):
+        made = trigger_name(name)
+        assert proto.is_trigger_name(made), made
+        assert len(made) <= 63
+    long_pod = "research-" + "n" * 100 + "-0"
+    other_pod(cluster, kube_ns, long_pod)
+    pod = get(cluster, kube_ns, "pod", long_pod)
+    assert pod is not None
+    set_role_rule(
+        cluster, kube_ns, 0, {"apiGroups": [""], "resources": ["pods"], "resourceNames": [long_pod], "verbs": ["get"]}
+    )
+    resume_policy(cluster, kube_ns)
+    sidecar = start(cluster, kube_ns, pod, proxy, tmp_path, sidecars, [*REQUIRE_ARGS, "--pod-name", long_pod])
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    assert len(trigger) <= 63
+    done = follow_until_done(sidecar.client, trigger)
+    assert done["phase"] == "ready", done
+    snapshot = custom_get(cluster, kube_ns, "podsnapshots", done["snapshot"])
+    assert snapshot is not None  # created by the real API server: the label value it validated
+    assert snapshot["metadata"]["labels"][TRIGGERED_BY_LABEL] == trigger
