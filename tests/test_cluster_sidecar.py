@@ -16,8 +16,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from jupyter_suspend.common import sidecar_protocol as proto
 from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, SidecarUnavailable, _parse_response
@@ -1209,3 +1212,205 @@ def test_item18_8_trigger_names_fit_a_label_value(
     snapshot = custom_get(cluster, kube_ns, "podsnapshots", done["snapshot"])
     assert snapshot is not None  # created by the real API server: the label value it validated
     assert snapshot["metadata"]["labels"][TRIGGERED_BY_LABEL] == trigger
+
+
+# --- hostile input on the socket (moved from tests/test_hostile.py) --------------------------------------------------
+# Whatever arrives on its socket, a request it refuses (401, 400, 403, 405, 413) makes no Kubernetes API call at all --
+# read from the proxy's record of what reached the real API server --, nothing is a 5xx, every answer is a JSON error
+# in the sidecar's words, and its log holds neither the bearer secret nor the token, nor a raw control character.
+
+#: Errors that refuse a request for its form or its target: none of them may reach the API.
+REFUSALS = {
+    proto.E_UNAUTHORIZED,
+    proto.E_MALFORMED,
+    proto.E_NOT_AN_OBJECT,
+    proto.E_UNKNOWN_FIELD,
+    proto.E_UNEXPECTED_BODY,
+    proto.E_WRONG_TYPE,
+    proto.E_INVALID_VALUE,
+    proto.E_FORBIDDEN_TARGET,
+    proto.E_METHOD,
+    proto.E_BODY_TOO_LARGE,
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_sidecar(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy, Sidecar]]:
+    """deploy/base in a namespace of this module's own, another pod the policy selects, GKE's controller (requests
+    made here stay pending), and the sidecar behind the fault proxy."""
+    import uuid
+
+    namespace = f"hostile-sidecar-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    proxy = FaultProxy(cluster).start()
+    try:
+        pod = deploy_base(cluster, namespace)
+        other_pod(cluster, namespace, "other-0")
+        with GKESnapshotController(cluster, namespace, checkpoint_seconds=3600) as gke:
+            started: list[Sidecar] = []
+            sidecar = start(cluster, namespace, pod, proxy, tmp_path_factory.mktemp("hostile"), started)
+            try:
+                yield proxy, sidecar
+            finally:
+                secret = sidecar.secret()
+                sidecar.stop()
+                assert sidecar.proc is not None
+                assert sidecar.proc.returncode == 0
+                log = sidecar.log()
+                assert secret not in log
+                assert sidecar.token not in log
+                assert not any(c in log for c in "\x00\x01\x1b\x7f")
+        assert not gke.errors, gke.errors
+    finally:
+        proxy.stop()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+_NAME_PARTS = st.sampled_from(
+    ["notebook-0", "other-0", "a..b", "a.-b", "-a", "A", "a_b", "x" * 64, "y" * 254, "%0A", "%00", "%2F", "..", ".",
+     "%2e%2e", "\u00e9", "a%0Ab", "ok", "kube-system", "snap.1", ""]
+)  # fmt: skip
+_NAMES = st.one_of(
+    _NAME_PARTS,
+    st.lists(_NAME_PARTS, min_size=1, max_size=3).map("".join),
+    st.text(max_size=20).map(lambda t: quote(t, safe="")),  # percent-encoded: it reaches the handler decoded
+    st.text(max_size=8),  # raw: spaces and controls the HTTP layer refuses
+)
+_ROUTES = st.one_of(
+    st.sampled_from(
+        [
+            ("GET", proto.PATH_POD),
+            ("GET", proto.PATH_SNAPSHOTS),
+            ("POST", proto.PATH_SNAPSHOT_REQUESTS),
+            ("GET", proto.PATH_WORKLOAD),
+            ("POST", proto.PATH_WORKLOAD_STOP),
+        ]
+    ),
+    _NAMES.map(lambda n: ("GET", f"{proto.PATH_SNAPSHOT_REQUESTS}/{n}")),
+    _NAMES.map(lambda n: ("DELETE", f"{proto.PATH_SNAPSHOTS}/{n}")),
+)
+_PATHS = st.one_of(
+    st.sampled_from(["/v1", "/", "/v2/pod", proto.PATH_HEALTH]),
+    _NAMES.map(lambda n: f"{proto.PATH_SNAPSHOTS}/{n}"),
+    _NAMES.map(lambda n: f"/v1/{n}/../pod"),
+)
+#: Mostly an endpoint with its own method (the checks behind routing get exercised), else anything.
+_REQUESTS = st.one_of(
+    _ROUTES,
+    _ROUTES,
+    _ROUTES,
+    st.tuples(
+        st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS"]),
+        st.one_of(_PATHS, _ROUTES.map(lambda r: r[1])),
+    ),
+)
+_QUERY = st.one_of(
+    st.just({}),
+    st.dictionaries(
+        st.sampled_from(["pod", "namespace", "wait", "since", "all", "secret", "SECRET"]),
+        st.one_of(_NAMES, st.sampled_from(["31", "-1", "nan", "1e9", "0", "ready", "done", "team-a", "team-b"])),
+        max_size=3,
+    ),
+)
+_JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), _NAMES, st.lists(st.integers(), max_size=2))
+_BODIES = st.one_of(
+    st.just(b""),
+    st.just(b""),
+    st.dictionaries(
+        st.sampled_from(["pod", "namespace", "kind", "name", "force", "all"]), _JSON_VALUES, max_size=3
+    ).map(lambda d: json.dumps(d).encode()),
+    st.binary(max_size=64),
+    st.sampled_from([b"[" * 5000, b'{"pod": "notebook-0"', b"null", b"x" * (proto.MAX_BODY_BYTES + 1)]),
+)
+_AUTH = st.sampled_from(["right"] * 5 + ["none", "wrong", "basic", "right+junk", "lowercase"])
+#: Further headers: control characters, the secret or the token in other headers, a second Authorization.
+_EXTRA_HEADERS = st.lists(
+    st.tuples(
+        st.sampled_from(["X-Note", "Authorization", "Cookie", "X-Forwarded-For", "Bad\x01Name", "Transfer-Encoding"]),
+        st.sampled_from(["SECRET", "TOKEN", "a\x01b", "a\x7fb", "\x1b[31mred", "chunked", "x" * 2000, "Bearer SECRET"]),
+    ),
+    max_size=2,
+)
+
+
+def _send(sidecar: Sidecar, raw: bytes) -> tuple[int, dict[str, Any]]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(20)
+        s.connect(sidecar.socket_path)
+        s.sendall(raw)
+        chunks = []
+        while data := s.recv(65536):
+            chunks.append(data)
+    if not chunks:
+        return 0, {}  # closed without an answer (a request tornado cannot parse)
+    status, body = _parse_response(b"".join(chunks), "hostile")
+    return status, json.loads(body) if body else {}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(
+    request=_REQUESTS,
+    query=_QUERY,
+    body=_BODIES,
+    auth=_AUTH,
+    extra=_EXTRA_HEADERS,
+)
+def test_hostile_sidecar_requests_make_no_api_call_when_refused(
+    hostile_sidecar: tuple[FaultProxy, Sidecar],
+    request: tuple[str, str],
+    query: dict[str, str],
+    body: bytes,
+    auth: str,
+    extra: list[tuple[str, str]],
+) -> None:
+    proxy, sidecar = hostile_sidecar
+    method, path = request
+    secret = sidecar.secret()
+    header = {
+        "right": f"Bearer {secret}",
+        "none": None,
+        "wrong": "Bearer " + "x" * len(secret),
+        "basic": f"Basic {secret}",
+        "right+junk": f"Bearer {secret}x",
+        "lowercase": f"bearer {secret.lower()}",
+    }[auth]
+    query = {k.replace("SECRET", secret): v for k, v in query.items()}  # the secret as a parameter's name
+    target = path + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    lines = [f"{method} {target} HTTP/1.1", "Host: sidecar", "Connection: close", f"Content-Length: {len(body)}"]
+    if header is not None:
+        lines.append(f"Authorization: {header}")
+    for name, value in extra:
+        lines.append(f"{name}: {value.replace('SECRET', secret).replace('TOKEN', sidecar.token)}")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
+    proxy.reset_calls()
+    # Authorized: exactly one Authorization header, with the right secret (it may come from ``extra`` alone).
+    sent = ([header] if header is not None else []) + [
+        value.replace("SECRET", secret) for name, value in extra if name == "Authorization"
+    ]
+    authorized = sent == [f"Bearer {secret}"]
+    status, answer = _send(sidecar, raw)
+    calls = proxy.calls  # what passed to the real API server, refused by it or not
+    event(f"{status} {answer.get('error', '')} calls={len(calls)}")
+    if status == 0 or (status == 400 and not answer):
+        # Closed, or refused by the HTTP layer itself (a request line it cannot parse): never reaches a handler.
+        assert calls == [], calls
+        return
+    if status >= 500:
+        # Only an accepted request meets the API server; on a busy machine its call may outlast the sidecar's
+        # timeout. Then the answer says so (retryable), and the call it made is a call it was allowed to make.
+        assert answer.get("retryable") is True, (status, answer)
+        assert authorized, (status, answer)
+        assert calls, (status, answer)
+        return
+    if not authorized:
+        assert (status, answer.get("error")) == (401, proto.E_UNAUTHORIZED), (auth, answer)
+    if status >= 400:
+        assert set(answer) <= {"error", "message", "retryable", "next_step"}, answer
+        assert isinstance(answer["message"], str)
+        assert not any(ord(c) < 32 for c in answer["message"]), answer
+        if answer["error"] in REFUSALS:
+            assert calls == [], (method, target, body[:80], answer, calls)
+    assert secret not in json.dumps(answer)
+    assert all(c.namespace in (None, sidecar.namespace) for c in calls), calls
+    assert not [c for c in calls if c.status in (401, 403)], calls  # the real authorizer allowed each call
+    assert all(c.name in (None, "notebook-0", "notebook-snapshots") or c.resource != "pods" for c in calls), calls
