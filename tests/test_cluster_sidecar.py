@@ -27,7 +27,7 @@ from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, S
 from tests.cluster.control_plane import Cluster
 from tests.cluster.faults import FaultProxy
 from tests.cluster.gke import GKESnapshotController
-from tests.cluster.notebook import REPO, RealSidecar, bound_token, deploy_base, get, render, wait_for
+from tests.cluster.notebook import REPO, RealSidecar, bound_token, create, deploy_base, get, render, wait_for
 from tests.sidecar_helpers import chunked, free_port, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -1414,3 +1414,44 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
     assert all(c.namespace in (None, sidecar.namespace) for c in calls), calls
     assert not [c for c in calls if c.status in (401, 403)], calls  # the real authorizer allowed each call
     assert all(c.name in (None, "notebook-0", "notebook-snapshots") or c.resource != "pods" for c in calls), calls
+
+
+def test_item1_roles_pinned_to_the_objects_the_sidecar_touches(cluster: Cluster, kube_ns: str) -> None:
+    """deploy/base's Role as the real RBAC authorizer judges it (SubjectAccessReview through `kubectl auth can-i`):
+    each rule allows what a session uses (test_role_grants_exactly_the_calls_the_sidecar_makes shows that every call
+    of a session passed), and for each rule a neighbour -- another pod, another policy, another verb or resource --
+    is denied. The Kubeflow overlays' Roles: tests/test_cluster_overlay_rbac.py."""
+    wanted = {"ServiceAccount", "Role", "RoleBinding"}
+    create(cluster, [d for d in render(cluster, REPO / "deploy" / "base", kube_ns) if d["kind"] in wanted])
+    snapshots = f"podsnapshots.{GROUP}"
+    triggers = f"podsnapshotmanualtriggers.{GROUP}"
+    policies = f"podsnapshotpolicies.{GROUP}"
+    allowed = [
+        ("get", f"pods/{POD}"),
+        ("get", f"{policies}/{POLICY}"),
+        ("create", triggers),
+        ("get", f"{triggers}/x"),
+        ("watch", f"{triggers}/x"),
+        ("delete", f"{triggers}/x"),
+        ("get", f"{snapshots}/x"),
+        ("list", snapshots),
+        ("watch", f"{snapshots}/x"),
+        ("delete", f"{snapshots}/x"),
+    ]
+    neighbours = [
+        ("get", "pods/other-0"),  # rule 0: another pod
+        ("patch", f"pods/{POD}"),  # rule 0: another verb on the own pod
+        ("list", "pods"),
+        ("get", f"{policies}/other-policy"),  # rule 1: another policy
+        ("create", policies),  # require mode: no create
+        ("update", f"{triggers}/x"),  # rule 2: no other verb
+        ("deletecollection", triggers),
+        ("patch", f"{snapshots}/x"),  # rule 3: PodSnapshots are GKE's
+        ("create", snapshots),
+        ("get", "secrets/token"),
+    ]
+    wait_for(lambda: can(cluster, kube_ns, "get", f"pods/{POD}"), 30, "the Role bound")
+    for verb, what in allowed:
+        assert can(cluster, kube_ns, verb, what), (verb, what)
+    for verb, what in neighbours:
+        assert not can(cluster, kube_ns, verb, what), (verb, what)
