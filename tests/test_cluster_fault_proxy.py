@@ -83,7 +83,7 @@ def test_parse_call_names_calls_as_rbac_does() -> None:
     assert parse_call("GET", "/api/v1/namespaces/a").triple == ("", "namespaces", "get")
 
 
-def test_calls_pass_with_the_callers_token_and_the_real_authorizer_decides(
+def test_issue16_item4_calls_pass_with_the_callers_token_and_the_real_authorizer_decides(
     cluster: Cluster, kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api
 ) -> None:
     editor.create_namespaced_config_map(kube_ns, body({"metadata": {"name": "c1"}, "data": {"k": "v"}}))
@@ -104,7 +104,7 @@ def test_calls_pass_with_the_callers_token_and_the_real_authorizer_decides(
     ("status", "reason", "retry_after"),
     [(500, "InternalError", None), (503, "ServiceUnavailable", None), (429, "TooManyRequests", 3)],
 )
-def test_a_fault_is_a_real_status_and_counts_down(
+def test_issue16_item4_a_fault_is_a_real_status_and_counts_down(
     kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api, status: int, reason: str, retry_after: int | None
 ) -> None:
     proxy.fail("GET", r"/configmaps$", status, times=2, retry_after=retry_after)
@@ -121,7 +121,7 @@ def test_a_fault_is_a_real_status_and_counts_down(
     assert [c.injected for c in proxy.calls] == ["fail", "fail", None]
 
 
-def test_the_kubernetes_clients_default_honours_retry_after(
+def test_issue16_item4_the_kubernetes_clients_default_honours_retry_after(
     cluster: Cluster, kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api, tmp_path: Path
 ) -> None:
     """What a client without ``retries`` configured does (the CLI's, jupyter_suspend/cli/kube.py): urllib3's
@@ -142,7 +142,7 @@ def test_the_kubernetes_clients_default_honours_retry_after(
         api.close()
 
 
-def test_a_watch_streams_event_by_event_and_can_be_cut(
+def test_issue16_item4_a_watch_streams_event_by_event_and_can_be_cut(
     kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api
 ) -> None:
     # Streaming: the first event arrives while the watch is still open (not buffered until it ends).
@@ -191,7 +191,9 @@ def test_a_watch_streams_event_by_event_and_can_be_cut(
     assert [c.injected for c in proxy.calls if c.verb == "watch"] == [None, "cut_watch", "cut_watch"]
 
 
-def test_a_delayed_answer_and_an_answer_cut_mid_body(kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api) -> None:
+def test_issue16_item4_a_delayed_answer_and_an_answer_cut_mid_body(
+    kube_ns: str, proxy: FaultProxy, editor: client.CoreV1Api
+) -> None:
     editor.create_namespaced_config_map(kube_ns, body({"metadata": {"name": "c"}, "data": {"k": "v" * 4000}}))
     proxy.delay("GET", r"/configmaps/c$", 2.0)
     with pytest.raises(urllib3.exceptions.ReadTimeoutError):

@@ -1455,3 +1455,49 @@ def test_item1_roles_pinned_to_the_objects_the_sidecar_touches(cluster: Cluster,
         assert can(cluster, kube_ns, verb, what), (verb, what)
     for verb, what in neighbours:
         assert not can(cluster, kube_ns, verb, what), (verb, what)
+
+
+# --- faults only the proxy can make: dropped watches, answers cut mid-body -------------------------------------------
+
+
+def test_a_long_poll_survives_dropped_and_ended_watches(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    """The watches a long-poll holds are cut: the API server ends one cleanly after an event (as at its timeout), the
+    connection of another drops mid-stream. The caller still hears the request's progress to `ready`, never an
+    error, and the sidecar says nothing worse than DEBUG about it."""
+    resume_policy(cluster, kube_ns)
+    gke.checkpoint_seconds = gke.upload_seconds = 1.5
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    proxy.cut_watch(r"/podsnapshotmanualtriggers$", after_events=1, times=2)
+    proxy.cut_watch(r"/podsnapshotmanualtriggers$", after_events=1, abrupt=True, times=2)
+    proxy.cut_watch(r"/podsnapshots$", after_events=1, abrupt=True, times=2)
+    view = follow_until_done(sidecar.client, trigger)
+    assert view["phase"] == "ready", view
+    cut = [c for c in proxy.calls if c.injected == "cut_watch"]
+    assert cut, "no watch was cut: the test did not test"
+    assert "Traceback" not in sidecar.log()
+
+
+def test_issue16_item3_an_answer_cut_mid_body_is_a_retryable_502(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    proxy.hang_up("GET", rf"/pods/{POD}$")
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.pod())
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAVAILABLE, True)
+    assert run(sidecar.client.pod())["name"] == POD  # the next call connects again
+    proxy.hang_up("POST", r"/podsnapshotmanualtriggers$")
+    with pytest.raises(SidecarError) as err:
+        run(sidecar.client.request_snapshot())
+    # The trigger was created (the API server answered 201); the caller is told to ask again, not that it failed.
+    assert err.value.retryable, err.value
+    assert "Traceback" not in sidecar.log()

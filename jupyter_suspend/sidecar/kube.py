@@ -422,6 +422,11 @@ class PodSnapshots:
             kwargs.setdefault("_request_timeout", (min(5.0, self.timeout), self.timeout))
         loop = asyncio.get_running_loop()
         call = functools.partial(fn, *args, **kwargs)
+        if kwargs.get("_preload_content") is False:
+            # A raw answer's body is read here too, in the worker thread and under the fault mapping below. Read
+            # later in the event loop, a connection cut mid-body escaped as an unexpected 500 (and a slow body
+            # stalled every other request): found with tests/cluster/faults.py's hang_up.
+            call = functools.partial(_read_body, call)
         for attempt in (1, 2):
             try:
                 return await loop.run_in_executor(executor or self.executor, call)
@@ -1022,6 +1027,14 @@ async def _acquire(slots: asyncio.Semaphore, timeout: float, gone: asyncio.Event
 def _labels(labels: Mapping[str, str]) -> dict[str, str]:
     """Drop values Kubernetes would refuse as label values (e.g. a pod name over 63 characters)."""
     return {k: v for k, v in labels.items() if proto.is_label_value(v)}
+
+
+def _read_body(call: Callable[[], Any]) -> Any:
+    """Call, and read the raw answer's whole body (urllib3 keeps it: ``resp.data`` answers from memory after)."""
+    resp = call()
+    if hasattr(resp, "data"):
+        resp.data  # noqa: B018 - the read is the point
+    return resp
 
 
 def _json(resp: Any) -> dict[str, Any]:
