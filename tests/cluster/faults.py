@@ -369,6 +369,9 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, address = self.socket.accept()
+        # Headers, chunks and the last chunk go out as separate writes: without TCP_NODELAY, Nagle's algorithm
+        # and the caller's delayed ACK hold each answer ~40 ms (a latency the real API server does not add).
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         wrapped = self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         self.connections.add(wrapped)
         return wrapped, address
