@@ -1402,7 +1402,7 @@ def test_hostile_sidecar_requests_make_no_api_call_when_refused(
         assert authorized, (status, answer)
         assert calls, (status, answer)
         return
-    if not authorized:
+    if not authorized and path != proto.PATH_HEALTH:  # health answers without a secret, by design
         assert (status, answer.get("error")) == (401, proto.E_UNAUTHORIZED), (auth, answer)
     if status >= 400:
         assert set(answer) <= {"error", "message", "retryable", "next_step"}, answer
