@@ -8,6 +8,7 @@ answer). Moved from tests/test_sidecar.py, which ran the same checks against the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -24,14 +25,14 @@ from hypothesis import strategies as st
 
 from jupyter_suspend.common import sidecar_protocol as proto
 from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarError, SidecarUnavailable, _parse_response
-from tests.cluster.control_plane import Cluster
+from tests.cluster.control_plane import Cluster, free_port
 from tests.cluster.faults import FaultProxy
 from tests.cluster.gke import GKESnapshotController
 from tests.cluster.notebook import REPO, RealSidecar, bound_token, create, deploy_base, get, render, wait_for
-from tests.sidecar_helpers import chunked, free_port, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
+run = asyncio.run
 ACCOUNT = "jupyter-suspend-sidecar"
 POD = "notebook-0"
 POLICY = "notebook-snapshots"
@@ -44,6 +45,15 @@ CREATE_ARGS = [
     *("--policy-mode", "create", "--policy-selector", POD_LABELS_SELECTOR, "--storage-config", "jupyter-suspend"),
     *("--post-checkpoint", "resume"),
 ]
+
+
+def chunked(body: bytes, size: int = 4096) -> bytes:
+    """``body`` in HTTP/1.1 chunked transfer coding."""
+    out = b""
+    for i in range(0, len(body), size):
+        part = body[i : i + size]
+        out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
+    return out + b"0\r\n\r\n"
 
 
 class Sidecar(RealSidecar):

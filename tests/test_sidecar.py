@@ -5,6 +5,7 @@ real control plane."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,7 +18,13 @@ import pytest
 from jupyter_suspend.common import sidecar_protocol as proto
 from jupyter_suspend.server.sidecar_client import SidecarClient, SidecarUnavailable
 from jupyter_suspend.sidecar.config import ConfigError, parse_config
-from tests.sidecar_helpers import NAMESPACE, POD, POD_LABELS, ROOT, STORAGE, run
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "team-a"
+POD = "notebook-0"
+POD_LABELS = {"app": "notebook", "statefulset.kubernetes.io/pod-name": POD}
+STORAGE = "suspend-store"
+run = asyncio.run
 
 CREATE_ARGS = [
     "--policy-mode",
