@@ -1511,3 +1511,25 @@ def test_issue16_item3_an_answer_cut_mid_body_is_a_retryable_502(
     # The trigger was created (the API server answered 201); the caller is told to ask again, not that it failed.
     assert err.value.retryable, err.value
     assert "Traceback" not in sidecar.log()
+
+
+def test_a_shared_pod_read_and_its_fault_are_not_kept(
+    cluster: Cluster, kube_ns: str, notebook: dict[str, Any], proxy: FaultProxy, tmp_path: Path, sidecars: list[Sidecar]
+) -> None:
+    """Concurrent `GET /v1/pod` share one read of the pod (one API call for the burst, counted on the wire); a read
+    that fails fails the callers that shared it, and the next caller reads again (no failure is kept)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    proxy.reset_calls()
+    proxy.delay("GET", rf"/pods/{POD}$", 1.0)
+    with ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(lambda _: sidecar.raw("GET", proto.PATH_POD), range(5)))
+    assert [status for status, _ in answers] == [200] * 5, answers
+    assert len([c for c in proxy.calls if c.resource == "pods"]) == 1, proxy.calls
+    proxy.fail("GET", rf"/pods/{POD}$", 503, after=1.0)  # a slow failure: the three callers share it
+    with ThreadPoolExecutor(3) as pool:
+        failed = list(pool.map(lambda _: sidecar.raw("GET", proto.PATH_POD), range(3)))
+    assert {status for status, _ in failed} <= {502}, failed
+    assert all(answer["error"] == proto.E_KUBE_UNAVAILABLE for _, answer in failed), failed
+    assert sidecar.raw("GET", proto.PATH_POD)[0] == 200  # read again, not the kept failure

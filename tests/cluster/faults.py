@@ -219,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
         if rule is not None and rule.kind == "fail":
             call.injected, call.status = "fail", rule.status
+            time.sleep(rule.seconds)
             self._answer_status(rule.status, rule.message or f"injected by the test's fault proxy ({rule.status})",
                                 rule.retry_after)  # fmt: skip
             return
@@ -454,10 +455,21 @@ class FaultProxy:
         return rule
 
     def fail(
-        self, method: str, path: str, status: int, *, times: int = 1, retry_after: int | None = None, message: str = ""
+        self,
+        method: str,
+        path: str,
+        status: int,
+        *,
+        times: int = 1,
+        retry_after: int | None = None,
+        message: str = "",
+        after: float = 0.0,
     ) -> Rule:
-        """The next ``times`` matching calls are answered ``status`` with a Status body (never forwarded)."""
-        return self._add(method, path, times, "fail", status=status, retry_after=retry_after, message=message)
+        """The next ``times`` matching calls are answered ``status`` with a Status body (never forwarded), ``after``
+        seconds (a slow failure)."""
+        return self._add(
+            method, path, times, "fail", status=status, retry_after=retry_after, message=message, seconds=after
+        )
 
     def delay(self, method: str, path: str, seconds: float, *, times: int = 1) -> Rule:
         """The next matching calls reach the API server ``seconds`` late (the caller's deadline runs meanwhile)."""
