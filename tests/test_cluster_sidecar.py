@@ -1533,3 +1533,30 @@ def test_a_shared_pod_read_and_its_fault_are_not_kept(
     assert {status for status, _ in failed} <= {502}, failed
     assert all(answer["error"] == proto.E_KUBE_UNAVAILABLE for _, answer in failed), failed
     assert sidecar.raw("GET", proto.PATH_POD)[0] == 200  # read again, not the kept failure
+
+
+def test_issue16_item3_a_deleted_snapshot_stays_deleted_when_its_triggers_cleanup_fails(
+    cluster: Cluster,
+    kube_ns: str,
+    notebook: dict[str, Any],
+    gke: GKESnapshotController,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    sidecars: list[Sidecar],
+) -> None:
+    """`DELETE /v1/snapshots/NAME` deletes the PodSnapshot, then its trigger. When only the trigger's cleanup meets a
+    fault, the snapshot is gone all the same: the answer says it was deleted (and that the trigger was not), rather
+    than a retryable 502 whose retry finds no snapshot and answers 404."""
+    resume_policy(cluster, kube_ns)
+    sidecar = start(cluster, kube_ns, notebook, proxy, tmp_path, sidecars)
+    requested = run(sidecar.client.request_snapshot())
+    snapshot = follow_until_done(sidecar.client, requested["trigger"])["snapshot"]
+    proxy.fail("DELETE", r"/podsnapshotmanualtriggers/", 500)
+    deleted = run(sidecar.client.delete_snapshot(snapshot))
+    assert deleted == {"deleted": snapshot, "trigger": None}
+    wait_for(lambda: custom_get(cluster, kube_ns, "podsnapshots", snapshot) is None, 30, "the snapshot gone")
+    assert custom_get(cluster, kube_ns, "podsnapshotmanualtriggers", requested["trigger"]) is not None
+    assert f"PodSnapshotManualTrigger {requested['trigger']} was left" in sidecar.log()
+    with pytest.raises(SidecarError) as again:
+        run(sidecar.client.delete_snapshot(snapshot))
+    assert again.value.status == 404
