@@ -1505,11 +1505,19 @@ def test_issue16_item3_an_answer_cut_mid_body_is_a_retryable_502(
         run(sidecar.client.pod())
     assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAVAILABLE, True)
     assert run(sidecar.client.pod())["name"] == POD  # the next call connects again
+    # The API server created the trigger (201) and the answer was cut: the sidecar finds its trigger by its unique
+    # name and answers as created -- not "retryable", which would make the caller ask again and take a second
+    # snapshot.
     proxy.hang_up("POST", r"/podsnapshotmanualtriggers$")
+    trigger = run(sidecar.client.request_snapshot())["trigger"]
+    listed = json.loads(cluster.kubectl("get", f"podsnapshotmanualtriggers.{GROUP}", "-n", kube_ns, "-o", "json"))
+    assert [t["metadata"]["name"] for t in listed["items"]] == [trigger]
+    assert [c.injected for c in proxy.calls if c.verb == "create"] == ["hang_up"]
+    # A 500 the API server's own (the proxy answers without forwarding): nothing was created, the 502 stays.
+    proxy.fail("POST", r"/podsnapshotmanualtriggers$", 500)
     with pytest.raises(SidecarError) as err:
         run(sidecar.client.request_snapshot())
-    # The trigger was created (the API server answered 201); the caller is told to ask again, not that it failed.
-    assert err.value.retryable, err.value
+    assert (err.value.status, err.value.code, err.value.retryable) == (502, proto.E_KUBE_UNAVAILABLE, True)
     assert "Traceback" not in sidecar.log()
 
 

@@ -832,6 +832,13 @@ class PodSnapshots:
             raise Fault(
                 409, proto.E_KUBE_ERROR, f"a trigger named {name} exists already; ask again", retryable=True
             ) from None
+        except Fault as fault:
+            # The answer may be lost after the API server created the trigger (a connection cut mid-answer, a
+            # 5xx from something in between): told "retryable", the caller would ask again and a second
+            # snapshot be taken. The name is ours and unique: if the trigger exists, it was this request's.
+            if not fault.retryable or not await self._created_anyway(name):
+                raise
+            log.info("the answer to creating PodSnapshotManualTrigger %s was lost (%s); it exists", name, fault.code)
         log.info("created PodSnapshotManualTrigger %s for pod %s (uid %s)", name, self.pod, uid)
         return {
             "trigger": name,
@@ -840,6 +847,13 @@ class PodSnapshots:
             "policy": policy,
             "policy_created": created,
         }
+
+    async def _created_anyway(self, name: str) -> bool:
+        try:
+            trigger = await self._get(TRIGGERS, name)
+        except (NotFound, Fault):
+            return False
+        return (trigger.get("spec") or {}).get("targetPod") == self.pod
 
     def _not_ours(self, what: str, name: str, other: object = None) -> Fault:
         """ "Not found" and "not this pod's" get the same answer: nothing about other pods is revealed."""
