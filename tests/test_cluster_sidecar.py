@@ -1543,7 +1543,7 @@ def test_a_shared_pod_read_and_its_fault_are_not_kept(
     assert sidecar.raw("GET", proto.PATH_POD)[0] == 200  # read again, not the kept failure
 
 
-def test_issue16_item3_a_deleted_snapshot_stays_deleted_when_its_triggers_cleanup_fails(
+def test_issue16_item3_a_deleted_snapshot_is_answered_deleted_when_an_answer_or_the_cleanup_fails(
     cluster: Cluster,
     kube_ns: str,
     notebook: dict[str, Any],
@@ -1568,3 +1568,12 @@ def test_issue16_item3_a_deleted_snapshot_stays_deleted_when_its_triggers_cleanu
     with pytest.raises(SidecarError) as again:
         run(sidecar.client.delete_snapshot(snapshot))
     assert again.value.status == 404
+
+    # The answer to the snapshot's own delete is lost (cut mid-answer): the snapshot is gone or going all the same,
+    # and the answer says deleted (a "retryable" 502 would have been retried into a 404).
+    second = run(sidecar.client.request_snapshot())["trigger"]
+    other = follow_until_done(sidecar.client, second)["snapshot"]
+    proxy.hang_up("DELETE", r"/podsnapshots/")
+    assert run(sidecar.client.delete_snapshot(other)) == {"deleted": other, "trigger": second}
+    wait_for(lambda: custom_get(cluster, kube_ns, "podsnapshots", other) is None, 30, "the second snapshot gone")
+    assert [c.injected for c in proxy.calls if c.verb == "delete" and c.resource == "podsnapshots"][-1] == "hang_up"

@@ -848,6 +848,16 @@ class PodSnapshots:
             "policy_created": created,
         }
 
+    async def _deleted_anyway(self, plural: str, name: str) -> bool:
+        """Gone, or being deleted (a finalizer such as GKE's storage cleanup still holds it)."""
+        try:
+            obj = await self._get(plural, name)
+        except NotFound:
+            return True
+        except Fault:
+            return False
+        return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
     async def _created_anyway(self, name: str) -> bool:
         try:
             trigger = await self._get(TRIGGERS, name)
@@ -962,7 +972,13 @@ class PodSnapshots:
         if origin != self.pod:
             raise self._not_ours("snapshot", name, origin)
         with contextlib.suppress(NotFound):  # deleted meanwhile
-            await self._delete(SNAPSHOTS, name)
+            try:
+                await self._delete(SNAPSHOTS, name)
+            except Fault as fault:
+                # An answer lost after the API server took the delete: a retry would find no snapshot (404).
+                if not fault.retryable or not await self._deleted_anyway(SNAPSHOTS, name):
+                    raise
+                log.info("the answer to deleting PodSnapshot %s was lost (%s); it is deleted", name, fault.code)
         log.info("deleted PodSnapshot %s", name)
         trigger_name_ = (meta.get("labels") or {}).get(TRIGGERED_BY_LABEL)
         deleted_trigger = None
