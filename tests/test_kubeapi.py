@@ -1,5 +1,11 @@
 """Self-tests of the Kubernetes test API server (tests/kubeapi) and its simulated controllers, through the real
-`kubernetes` client over HTTPS, configured in-cluster and from a kubeconfig."""
+`kubernetes` client over HTTPS, configured in-cluster and from a kubeconfig.
+
+Only the parts still used once the Kubernetes tests are on the real control plane (issue 16) are tested here: the
+server core (TLS, tokens, CRUD, patches, status, selectors, watches, finalizers, admission) and the GKE simulation,
+which tests/test_snapshots_api.py and tests/test_gke_workspaces.py still run on. Its fault injection
+(``fail_next``/``delay_next``) and call record gave way to tests/cluster/faults.py's proxy in front of the real API
+server, its StatefulSet scaling and pod restore to the real StatefulSet controller and tests/cluster/gke.py."""
 
 from __future__ import annotations
 
@@ -22,9 +28,7 @@ from tests.kubeapi import (
     Call,
     GKESnapshotController,
     KubeAPI,
-    StatefulSetController,
     condition,
-    now_rfc3339,
     wait_until,
 )
 
@@ -564,65 +568,6 @@ def test_delete_with_finalizers_waits_for_them(kube: KubeAPI, core: client.CoreV
 # --- recording, faults, hooks ---------------------------------------------------------------------------------------
 
 
-def test_calls_are_recorded_with_rbac_verbs(
-    kube: KubeAPI, core: client.CoreV1Api, custom: client.CustomObjectsApi
-) -> None:
-    kube.create(pod("direct"))  # direct helpers are not recorded
-    core.read_namespaced_pod("direct", NS)
-    core.list_namespaced_pod(NS)
-    list(watch.Watch().stream(core.list_namespaced_pod, NS, timeout_seconds=1))
-    core.patch_namespaced_pod_status("direct", NS, {"status": {"phase": "Running"}}, _content_type=MERGE)
-    core.replace_namespaced_pod("direct", NS, core.read_namespaced_pod("direct", NS))
-    custom.create_namespaced_custom_object(PS, "v1", NS, "podsnapshotmanualtriggers", {"metadata": {"name": "t"}})
-    custom.delete_namespaced_custom_object(PS, "v1", NS, "podsnapshotmanualtriggers", "t")
-    client.CoordinationV1Api(core.api_client).create_namespaced_lease(
-        NS, {"metadata": {"name": "leader"}, "spec": {"holderIdentity": "me"}}
-    )
-    assert kube.calls == [
-        Call("get", "", "v1", "pods", None, NS, "direct"),
-        Call("list", "", "v1", "pods", None, NS, None),
-        Call("watch", "", "v1", "pods", None, NS, None),
-        Call("patch", "", "v1", "pods", "status", NS, "direct"),
-        Call("get", "", "v1", "pods", None, NS, "direct"),
-        Call("update", "", "v1", "pods", None, NS, "direct"),
-        Call("create", PS, "v1", "podsnapshotmanualtriggers", None, NS, None),
-        Call("delete", PS, "v1", "podsnapshotmanualtriggers", None, NS, "t"),
-        Call("create", "coordination.k8s.io", "v1", "leases", None, NS, None),
-    ]
-    assert all(call.user == kube.user for call in kube.calls)
-    assert kube.calls_matching(verb="get", resource="pods") == [Call("get", "", "v1", "pods", None, NS, "direct")] * 2
-    kube.reset_calls()
-    assert kube.calls == []
-
-
-def test_fail_next_and_delay_next(kube: KubeAPI, core: client.CoreV1Api) -> None:
-    kube.create(pod("p"))
-    kube.fail_next("get", "pods", code=503, times=2)
-    for _ in range(2):
-        with pytest.raises(ApiException) as excinfo:
-            core.read_namespaced_pod("p", NS)
-        assert (excinfo.value.status, error_of(excinfo)["reason"]) == (503, "ServiceUnavailable")
-    assert core.read_namespaced_pod("p", NS).metadata.name == "p"
-    assert len(kube.calls) == 3
-    kube.fail_next("create", "pods", code=409, reason="AlreadyExists")
-    with pytest.raises(ApiException) as excinfo:
-        core.create_namespaced_pod(NS, pod("q"))
-    assert error_of(excinfo)["reason"] == "AlreadyExists"
-    assert kube.get("v1", "pods", NS, "q") is None
-    kube.fail_next("patch", "pods/status", code=500)
-    core.patch_namespaced_pod("p", NS, {"metadata": {"labels": {"a": "b"}}}, _content_type=MERGE)  # not the subresource
-    with pytest.raises(ApiException) as excinfo:
-        core.patch_namespaced_pod_status("p", NS, {"status": {}}, _content_type=MERGE)
-    assert excinfo.value.status == 500
-    kube.delay_next("list", "pods", 0.3)
-    began = time.monotonic()
-    core.list_namespaced_pod(NS)
-    assert time.monotonic() - began >= 0.3
-    began = time.monotonic()
-    core.list_namespaced_pod(NS)
-    assert time.monotonic() - began < 0.3
-
-
 def test_admission_denial_stores_nothing(kube: KubeAPI, core: client.CoreV1Api) -> None:
     seen: list[tuple[str, str]] = []
 
@@ -888,86 +833,4 @@ def test_gke_deleting_snapshots_deletes_or_orphans_storage(
     assert gke.deleted_storage == [paths[snapshots[0]]]
 
 
-def test_gke_restore_pod(
-    kube: KubeAPI, gke: GKESnapshotController, custom: client.CustomObjectsApi, core: client.CoreV1Api
-) -> None:
-    setup_snapshots(kube, custom, post_checkpoint="stop")
-    trigger(custom)
-    name = triggered(custom) and kube.objects("podsnapshots")[0]["metadata"]["name"]
-    wait_until(
-        lambda: (condition(kube.get(f"{PS}/v1", "podsnapshots", NS, name), "Ready") or {}).get("status") == "True"
-    )
-    before = kube.get(f"{PS}/v1", "podsnapshots", NS, name)["status"]["lastAccessTime"]  # type: ignore[index]
-    kube.delete("v1", "pods", NS, "nb-0")
-    restored_pod = pod("nb-0", {"app": "nb", "notebook": "alice"}, phase="Running")
-    restored_pod["metadata"]["annotations"] = {"podsnapshot.gke.io/ps-name": name}
-    kube.create(restored_pod)
-    time.sleep(1.05)  # lastAccessTime has a resolution of one second
-    assert gke.restore_pod("nb-0") == name
-    read = core.read_namespaced_pod("nb-0", NS)
-    restored = [c for c in read.status.conditions if c.type == "PodRestored"]
-    assert [(c.status, c.message) for c in restored] == [
-        ("True", f"Successfully restored the pod from PodSnapshot {name}")
-    ]
-    events = core.list_namespaced_event(NS, field_selector="involvedObject.name=nb-0,involvedObject.kind=Pod").items
-    assert [e.message for e in events] == [f"Successfully restored the pod from PodSnapshot {name}"]
-    after = kube.get(f"{PS}/v1", "podsnapshots", NS, name)["status"]["lastAccessTime"]  # type: ignore[index]
-    assert after > before
-    with pytest.raises(LookupError):
-        gke.restore_pod("no-such-pod")
-
-
 # --- the simulated StatefulSet controller ---------------------------------------------------------------------------
-
-
-def test_statefulset_scaling_with_capacity(kube: KubeAPI, core: client.CoreV1Api, api: client.ApiClient) -> None:
-    workloads = StatefulSetController(kube, capacity=0, start_seconds=0.02).attach()
-    apps = client.AppsV1Api(api)
-    template = {
-        "metadata": {"labels": {"app": "nb"}},
-        "spec": {"containers": [{"name": "notebook", "image": "jupyter/gpu:1"}]},
-    }
-    apps.create_namespaced_stateful_set(
-        NS,
-        {
-            "metadata": {"name": "nb"},
-            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "nb"}}, "template": template},
-        },
-    )
-    time.sleep(0.05)
-    assert kube.objects("pods") == []
-    # A scale carrying a stale resourceVersion is refused (409) and changes nothing.
-    stale = apps.read_namespaced_stateful_set_scale("nb", NS).metadata.resource_version
-    apps.patch_namespaced_stateful_set("nb", NS, {"metadata": {"labels": {"touched": "yes"}}}, _content_type=MERGE)
-    with pytest.raises(ApiException) as refused:
-        apps.patch_namespaced_stateful_set_scale(
-            "nb", NS, {"metadata": {"resourceVersion": stale}, "spec": {"replicas": 1}}, _content_type=MERGE
-        )
-    assert refused.value.status == 409
-    assert apps.read_namespaced_stateful_set("nb", NS).spec.replicas == 0
-    scale = apps.patch_namespaced_stateful_set_scale("nb", NS, {"spec": {"replicas": 1}}, _content_type=MERGE)
-    assert scale.spec.replicas == 1
-    pending = wait_until(lambda: kube.get("v1", "pods", NS, "nb-0"))
-    assert pending["status"]["phase"] == "Pending"
-    assert (condition(pending, "PodScheduled") or {}).get("reason") == "Unschedulable"
-    time.sleep(0.1)
-    assert core.read_namespaced_pod("nb-0", NS).status.phase == "Pending"
-    workloads.set_capacity(1)
-    wait_until(lambda: (kube.get("v1", "pods", NS, "nb-0") or {}).get("status", {}).get("phase") == "Running")
-    running = core.read_namespaced_pod("nb-0", NS)
-    assert [c.status for c in running.status.conditions if c.type == "Ready"] == ["True"]
-    assert running.metadata.owner_references[0].name == "nb"
-    wait_until(lambda: apps.read_namespaced_stateful_set("nb", NS).status.ready_replicas == 1)
-    kube.patch_status("v1", "pods", NS, "nb-0", {"phase": "Succeeded"})  # a completed pod is replaced
-    wait_until(
-        lambda: (
-            (kube.get("v1", "pods", NS, "nb-0") or {}).get("metadata", {}).get("uid")
-            not in (None, running.metadata.uid)
-        )
-    )
-    wait_until(lambda: (kube.get("v1", "pods", NS, "nb-0") or {}).get("status", {}).get("phase") == "Running")
-    apps.patch_namespaced_stateful_set("nb", NS, {"spec": {"replicas": 0}}, _content_type=MERGE)
-    wait_until(lambda: kube.get("v1", "pods", NS, "nb-0") is None)
-    wait_until(lambda: (apps.read_namespaced_stateful_set("nb", NS).status.replicas or 0) == 0)
-    assert kube.workloads is workloads
-    assert now_rfc3339() >= running.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -257,7 +257,7 @@ class SnapshotList(TypedDict):
 
 class SnapshotDeleted(TypedDict):
     deleted: str
-    #: The trigger deleted with it (None if there was none left).
+    #: The trigger deleted with it (None if there was none left, or it could not be deleted: the sidecar logs so).
     trigger: str | None
 
 

@@ -422,6 +422,11 @@ class PodSnapshots:
             kwargs.setdefault("_request_timeout", (min(5.0, self.timeout), self.timeout))
         loop = asyncio.get_running_loop()
         call = functools.partial(fn, *args, **kwargs)
+        if kwargs.get("_preload_content") is False:
+            # A raw answer's body is read here too, in the worker thread and under the fault mapping below. Read
+            # later in the event loop, a connection cut mid-body escaped as an unexpected 500 (and a slow body
+            # stalled every other request): found with tests/cluster/faults.py's hang_up.
+            call = functools.partial(_read_body, call)
         for attempt in (1, 2):
             try:
                 return await loop.run_in_executor(executor or self.executor, call)
@@ -827,6 +832,13 @@ class PodSnapshots:
             raise Fault(
                 409, proto.E_KUBE_ERROR, f"a trigger named {name} exists already; ask again", retryable=True
             ) from None
+        except Fault as fault:
+            # The answer may be lost after the API server created the trigger (a connection cut mid-answer, a
+            # 5xx from something in between): told "retryable", the caller would ask again and a second
+            # snapshot be taken. The name is ours and unique: if the trigger exists, it was this request's.
+            if not fault.retryable or not await self._created_anyway(name):
+                raise
+            log.info("the answer to creating PodSnapshotManualTrigger %s was lost (%s); it exists", name, fault.code)
         log.info("created PodSnapshotManualTrigger %s for pod %s (uid %s)", name, self.pod, uid)
         return {
             "trigger": name,
@@ -835,6 +847,23 @@ class PodSnapshots:
             "policy": policy,
             "policy_created": created,
         }
+
+    async def _deleted_anyway(self, plural: str, name: str) -> bool:
+        """Gone, or being deleted (a finalizer such as GKE's storage cleanup still holds it)."""
+        try:
+            obj = await self._get(plural, name)
+        except NotFound:
+            return True
+        except Fault:
+            return False
+        return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+    async def _created_anyway(self, name: str) -> bool:
+        try:
+            trigger = await self._get(TRIGGERS, name)
+        except (NotFound, Fault):
+            return False
+        return (trigger.get("spec") or {}).get("targetPod") == self.pod
 
     def _not_ours(self, what: str, name: str, other: object = None) -> Fault:
         """ "Not found" and "not this pod's" get the same answer: nothing about other pods is revealed."""
@@ -943,7 +972,13 @@ class PodSnapshots:
         if origin != self.pod:
             raise self._not_ours("snapshot", name, origin)
         with contextlib.suppress(NotFound):  # deleted meanwhile
-            await self._delete(SNAPSHOTS, name)
+            try:
+                await self._delete(SNAPSHOTS, name)
+            except Fault as fault:
+                # An answer lost after the API server took the delete: a retry would find no snapshot (404).
+                if not fault.retryable or not await self._deleted_anyway(SNAPSHOTS, name):
+                    raise
+                log.info("the answer to deleting PodSnapshot %s was lost (%s); it is deleted", name, fault.code)
         log.info("deleted PodSnapshot %s", name)
         trigger_name_ = (meta.get("labels") or {}).get(TRIGGERED_BY_LABEL)
         deleted_trigger = None
@@ -956,6 +991,18 @@ class PodSnapshots:
                     log.info("deleted PodSnapshotManualTrigger %s", trigger_name_)
             except NotFound:
                 pass
+            except Fault as fault:
+                # The snapshot is deleted: that is the answer. A failure now must not turn it into a retryable
+                # error -- the retry would find no snapshot and answer 404 (found against the real API server
+                # with tests/cluster/faults.py). The trigger is left; the answer says so ("trigger": null).
+                log.warning(
+                    "PodSnapshot %s deleted; PodSnapshotManualTrigger %s was left (%s): delete it by hand "
+                    "(kubectl delete podsnapshotmanualtrigger %s)",
+                    name,
+                    trigger_name_,
+                    fault.code,
+                    trigger_name_,
+                )
         return {"deleted": name, "trigger": deleted_trigger}
 
 
@@ -1022,6 +1069,14 @@ async def _acquire(slots: asyncio.Semaphore, timeout: float, gone: asyncio.Event
 def _labels(labels: Mapping[str, str]) -> dict[str, str]:
     """Drop values Kubernetes would refuse as label values (e.g. a pod name over 63 characters)."""
     return {k: v for k, v in labels.items() if proto.is_label_value(v)}
+
+
+def _read_body(call: Callable[[], Any]) -> Any:
+    """Call, and read the raw answer's whole body (urllib3 keeps it: ``resp.data`` answers from memory after)."""
+    resp = call()
+    if hasattr(resp, "data"):
+        resp.data  # noqa: B018 - the read is the point
+    return resp
 
 
 def _json(resp: Any) -> dict[str, Any]:

@@ -107,6 +107,8 @@ class Cluster:
     components: dict[str, Component] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     ready_seconds: float = 0.0
+    #: The CA made at start; tests/cluster/faults.py issues its proxy's serving certificate from it.
+    ca: CertificateAuthority | None = None
 
     # -- paths ---------------------------------------------------------------
     @property
@@ -187,7 +189,7 @@ class Cluster:
 
     # -- the parts -------------------------------------------------------------
     def _make_pki(self) -> None:
-        ca = CertificateAuthority(self.pki)
+        ca = self.ca = CertificateAuthority(self.pki)
         ca.issue(
             "apiserver",
             "kube-apiserver",

@@ -159,6 +159,7 @@ class GKESnapshotController:
         self._wake = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._streams: dict[str, watch.Watch] = {}  # the open watch of each loop
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> GKESnapshotController:
@@ -176,10 +177,18 @@ class GKESnapshotController:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
-        # The worker ends at once. The watch threads (daemons) may sit in a read until the next event or their
-        # watch's timeout (30 s); they end on their own then, so waiting for them would only slow each test.
-        for thread in self._threads[:1]:
-            thread.join(timeout=5)
+        for stream in list(self._streams.values()):
+            # End the open watches now rather than at their next event or timeout (up to 30 s each): the
+            # client's Watch keeps its urllib3 response as _resp, and HTTPResponse.shutdown() (urllib3 >= 2.3)
+            # unblocks a read in another thread.
+            response = getattr(stream, "_resp", None)
+            if response is not None:
+                with contextlib.suppress(Exception):
+                    response.shutdown()
+        # The worker ends at once; a watch thread whose read the shutdown did not reach ends on its own at its
+        # next event or timeout (a daemon), so it is given only a moment.
+        for index, thread in enumerate(self._threads):
+            thread.join(timeout=5 if index == 0 else 0.5)
         with contextlib.suppress(Exception):
             self.api.close()
 
@@ -212,6 +221,7 @@ class GKESnapshotController:
                 for item in listed.get("items") or []:
                     self._on_event(what, "ADDED", item)
                 stream = watch.Watch()
+                self._streams[what] = stream
                 for event in stream.stream(call, self.namespace, resource_version=version, timeout_seconds=30):
                     if self._stop.is_set():
                         stream.stop()

@@ -104,8 +104,19 @@ def sidecar_args(cluster: Cluster, namespace: str) -> list[str]:
 
 
 class RealSidecar:
-    def __init__(self, cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path, args: list[str]):
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        pod: dict[str, Any],
+        directory: Path,
+        args: list[str],
+        api_port: int | None = None,
+        extra_env: dict[str, str] | None = None,
+    ):
         self.cluster = cluster
+        self.api_port = api_port  # another address for the API server (tests/cluster/faults.py's proxy)
+        self.extra_env = dict(extra_env or {})  # set last (e.g. another KUBERNETES_SERVICE_HOST)
         self.namespace = namespace
         self.pod = pod
         self.dir = directory
@@ -135,12 +146,13 @@ class RealSidecar:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("POD_", "KUBERNETES_", "KUBECONFIG"))}
         env.update(
             KUBERNETES_SERVICE_HOST="127.0.0.1",
-            KUBERNETES_SERVICE_PORT=str(self.cluster.ports["apiserver"]),
+            KUBERNETES_SERVICE_PORT=str(self.api_port or self.cluster.ports["apiserver"]),
             POD_NAME=self.pod["metadata"]["name"],
             POD_NAMESPACE=self.namespace,
             POD_UID=self.pod["metadata"]["uid"],
             PYTHONPATH=str(REPO),
         )
+        env.update(self.extra_env)
         command = [
             sys.executable,
             "-m",
