@@ -300,6 +300,7 @@ async def test_resume_read_ahead_resume_reads_checkpoints_while_the_kernel_start
 
     # The user restarts this kernel: same command line and environment, no ticket: no read.
     await suspend_api.fetch("api", "kernels", kernel_id, "restart", method="POST", body="{}")
+    await suspend_api.kernel_ready(kernel_id)  # answering kernel_info, so a new client's first cell is not lost
     assert await read_ahead_report(suspend_api, kernel_id) is None
 
 
