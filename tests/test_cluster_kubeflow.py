@@ -1,0 +1,337 @@
+"""The Kubeflow backends on the real control plane: the real sidecar process (``--workload notebook|workspace``) with
+a TokenRequest token of the ServiceAccount that the deploy/ overlay binds its Role to, judged by the real RBAC
+authorizer; Notebooks and Workspaces as the upstream CRDs define them; the simulated Kubeflow controllers of
+tests/cluster/kubeflow.py (the real ones cannot be built here) writing StatefulSets that the real StatefulSet
+controller, scheduler and kwok turn into pods; and a real ``jupyter server`` on the kubeflow-notebook /
+kubeflow-workspace backend.
+
+What calls the sidecar made is read from the API server's own counters (``apiserver_request_total``): the
+simulated controllers read from their watches, and the test reads with LIST, so every GET or PATCH of a Notebook
+or Workspace counted here is the sidecar's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import nbformat
+import pytest
+from kubernetes import client
+
+from jupyter_suspend.common import sidecar_protocol as proto
+from jupyter_suspend.server.backends.base import ReleaseContext
+from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend
+from jupyter_suspend.server.states import FlushFailed
+from tests.cluster.control_plane import Cluster
+from tests.cluster.kubeflow import (
+    GROUP,
+    STOPPED_ANNOTATION,
+    TOLERATIONS,
+    NotebookController,
+    WorkspaceController,
+    workspace_kind_object,
+    workspace_object,
+)
+from tests.cluster.notebook import REPO, RealSidecar, bound_token, create, render, wait_for
+from tests.conftest import checkpoint_handler_code
+from tests.servers import ServerProcess
+from tests.test_gke_backend import SETUP, run_cell, verdict
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+NOTEBOOK = "notebook"  # its pod is notebook-0, the name the overlay's Role pins
+POD = "notebook-0"
+WORKSPACE = "research"  # its ServiceAccount ws-research is the overlay's RoleBinding subject
+WORKLOAD_VIEW_SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("sidecar-workload.json").read_text())
+
+
+# -- the API server's own counters -------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+
+
+def requests_made(cluster: Cluster, resource: str, verb: str) -> int:
+    """How many ``verb`` requests on ``resource`` (no subresource) the API server has answered since it started."""
+    total = 0
+    for line in cluster.kubectl("get", "--raw", "/metrics").splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+        if labels.get("resource") == resource and labels.get("verb") == verb and not labels.get("subresource"):
+            total += int(float(match["value"]))
+    return total
+
+
+class Counter:
+    """The sidecar's GETs and PATCHes of the owner object since the last ``reset``."""
+
+    def __init__(self, cluster: Cluster, resource: str) -> None:
+        self.cluster, self.resource = cluster, resource
+        self.reset()
+
+    def read(self) -> tuple[int, int]:
+        return (
+            requests_made(self.cluster, self.resource, "GET"),
+            requests_made(self.cluster, self.resource, "PATCH"),
+        )
+
+    def reset(self) -> None:
+        self.base = self.read()
+
+    def since(self) -> dict[str, int]:
+        now = self.read()
+        return {"get": now[0] - self.base[0], "patch": now[1] - self.base[1]}
+
+
+def read(admin_api: Any, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One object by LIST with a field selector (never a GET: the counters above are the sidecar's alone)."""
+    if plural in ("pods", "statefulsets"):
+        api = client.CoreV1Api(admin_api) if plural == "pods" else client.AppsV1Api(admin_api)
+        call = api.list_namespaced_pod if plural == "pods" else api.list_namespaced_stateful_set
+        listed = admin_api.sanitize_for_serialization(call(namespace, field_selector=f"metadata.name={name}"))
+    else:
+        listed = client.CustomObjectsApi(admin_api).list_namespaced_custom_object(
+            GROUP, version, namespace, plural, field_selector=f"metadata.name={name}"
+        )
+    items = listed.get("items") or []
+    return items[0] if items else None
+
+
+def notebook(admin_api: Any, namespace: str) -> dict[str, Any]:
+    found = read(admin_api, "v1", "notebooks", namespace, NOTEBOOK)
+    assert found is not None
+    return found
+
+
+def workspace(admin_api: Any, namespace: str) -> dict[str, Any]:
+    found = read(admin_api, "v1beta1", "workspaces", namespace, WORKSPACE)
+    assert found is not None
+    return found
+
+
+def running(admin_api: Any, namespace: str, name: str, not_uid: str | None = None) -> dict[str, Any] | None:
+    pod = read(admin_api, "v1", "pods", namespace, name)
+    if pod is None or pod["metadata"].get("deletionTimestamp") or pod["metadata"]["uid"] == not_uid:
+        return None
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+    return pod if pod["status"].get("phase") == "Running" and ready else None
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Sidecar(RealSidecar):
+    """The real sidecar of a Kubeflow pod; ``raw`` sends one request exactly as given."""
+
+    def raw(self, method: str, path: str, body: bytes = b"", auth: str | None = None) -> tuple[int, dict[str, Any]]:
+        import socket
+
+        secret = Path(self.secret_path).read_text().strip()
+        head = f"{method} {path} HTTP/1.1\r\nHost: sidecar\r\nConnection: close\r\n"
+        head += f"{proto.AUTH_HEADER}: {auth or 'Bearer ' + secret}\r\n"
+        if body:
+            head += f"Content-Length: {len(body)}\r\n"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(60)
+            conn.connect(self.socket_path)
+            conn.sendall((head + "\r\n").encode("latin-1") + body)
+            chunks = []
+            while data := conn.recv(65536):
+                chunks.append(data)
+        head_bytes, _, answer = b"".join(chunks).partition(b"\r\n\r\n")
+        return int(head_bytes.split()[1]), json.loads(answer) if answer.strip() else {}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- fixtures: the overlay, the controllers ---------------------------------------------------------------------
+
+
+def deploy_overlay(cluster: Cluster, overlay: str, namespace: str) -> list[dict[str, Any]]:
+    """deploy/overlays/<overlay> rendered into ``namespace`` and created as it is (strict field validation); the
+    example Notebook of the notebook overlay is left out (the test makes its own)."""
+    documents = [d for d in render(cluster, REPO / "deploy" / "overlays" / overlay, namespace) if d["kind"] != "Notebook"]
+    create(cluster, documents)
+    return documents
+
+
+@pytest.fixture
+def notebooks(cluster: Cluster, kube_ns: str) -> Iterator[NotebookController]:
+    deploy_overlay(cluster, "kubeflow-notebook", kube_ns)
+    with NotebookController(cluster, kube_ns) as controller:
+        yield controller
+    assert not controller.errors, controller.errors
+
+
+@pytest.fixture
+def workspaces(cluster: Cluster, kube_ns: str, admin_api: Any) -> Iterator[WorkspaceController]:
+    deploy_overlay(cluster, "kubeflow-workspace", kube_ns)
+    kind = f"jupyterlab-{kube_ns}"[-63:].strip("-")
+    custom = client.CustomObjectsApi(admin_api)
+    custom.create_cluster_custom_object(GROUP, "v1beta1", "workspacekinds", workspace_kind_object(kind))
+    try:
+        with WorkspaceController(cluster, kube_ns) as controller:
+            controller.kind_name = kind  # type: ignore[attr-defined]
+            yield controller
+        assert not controller.errors, controller.errors
+    finally:
+        custom.delete_cluster_custom_object(GROUP, "v1beta1", "workspacekinds", kind)
+
+
+def example_notebook(namespace: str) -> dict[str, Any]:
+    """deploy/overlays/kubeflow-notebook/notebook-example.yaml (its own account, no token in the notebook
+    container), with an emptyDir for its home (no storage here) and the fake GPU nodes' tolerations."""
+    import yaml
+
+    nb = yaml.safe_load((REPO / "deploy" / "overlays" / "kubeflow-notebook" / "notebook-example.yaml").read_text())
+    nb["metadata"]["namespace"] = namespace
+    spec = nb["spec"]["template"]["spec"]
+    spec["volumes"] = [{"name": "home", "emptyDir": {}}]
+    spec["tolerations"] = TOLERATIONS
+    assert nb["metadata"]["name"] == NOTEBOOK == spec["containers"][0]["name"]
+    return dict(nb)
+
+
+def start_notebook(cluster: Cluster, admin_api: Any, namespace: str) -> dict[str, Any]:
+    create(cluster, [example_notebook(namespace)])
+    return wait_for(lambda: running(admin_api, namespace, POD), 90, f"{POD} Running and Ready")
+
+
+def start_workspace(cluster: Cluster, admin_api: Any, namespace: str, kind: str) -> dict[str, Any]:
+    """The Workspace Running; its pod (named by the controller: status.podTemplatePod.name)."""
+    create(cluster, [workspace_object(WORKSPACE, namespace, kind)])
+    status = wait_for(
+        lambda: (s := workspace(admin_api, namespace).get("status") or {}).get("state") == "Running" and s,
+        90,
+        "the Workspace Running",
+    )
+    name = status["podTemplatePod"]["name"]
+    pod = running(admin_api, namespace, name)
+    assert pod is not None, name
+    return pod
+
+
+def notebook_sidecar(cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path) -> Sidecar:
+    token = bound_token(cluster, namespace, "jupyter-suspend-sidecar", pod)
+    return Sidecar(cluster, namespace, pod, directory, ["--workload", "notebook"]).start(token)
+
+
+def workspace_sidecar(cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path) -> Sidecar:
+    # The pod runs as the controller's per-workspace ServiceAccount; the overlay binds the sidecar's Role to it.
+    assert pod["spec"]["serviceAccountName"] == f"ws-{WORKSPACE}"
+    token = bound_token(cluster, namespace, f"ws-{WORKSPACE}", pod)
+    return Sidecar(cluster, namespace, pod, directory, ["--workload", "workspace"]).start(token)
+
+
+# -- the simulated controllers themselves ------------------------------------------------------------------------
+
+
+def test_the_notebook_controller_owns_a_statefulset_and_service_and_mirrors_the_pod(
+    cluster: Cluster, kube_ns: str, admin_api: Any, notebooks: NotebookController
+) -> None:
+    pod = start_notebook(cluster, admin_api, kube_ns)
+    assert pod["metadata"]["labels"]["notebook-name"] == NOTEBOOK
+    assert pod["spec"]["containers"][0]["workingDir"] == "/home/jovyan"
+    assert pod["spec"]["securityContext"]["fsGroup"] == 100
+    owner = notebook(admin_api, kube_ns)
+    sts = read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)
+    assert sts is not None
+    assert sts["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    service = admin_api.sanitize_for_serialization(client.CoreV1Api(admin_api).read_namespaced_service(NOTEBOOK, kube_ns))
+    assert service["spec"]["ports"][0]["name"] == f"http-{NOTEBOOK}"
+    status = wait_for(lambda: (s := notebook(admin_api, kube_ns).get("status") or {}).get("readyReplicas") == 1 and s, 30, "readyReplicas 1")
+    assert "running" in status["containerState"], status  # the container named like the Notebook
+    assert [c["type"] for c in status["conditions"]] == [c["type"] for c in pod["status"]["conditions"]]
+
+
+# -- the sidecar alone ------------------------------------------------------------------------------------------
+
+
+def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
+    cluster: Cluster, kube_ns: str, admin_api: Any, notebooks: NotebookController, tmp_path: Path
+) -> None:
+    counter = Counter(cluster, "notebooks")
+    # First a pod of the right name that no Notebook owns (no notebook-name label).
+    cluster.kubectl("run", POD, "-n", kube_ns, "--image=x:1", "--restart=Never", "--labels=app=notebook",
+                    "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}))
+    lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
+    sidecar = notebook_sidecar(cluster, kube_ns, lone, tmp_path / "lone")
+    try:
+        counter.reset()
+        for method, path, raw in (("GET", proto.PATH_WORKLOAD, b""), ("POST", proto.PATH_WORKLOAD_STOP, b"{}")):
+            code, body = sidecar.raw(method, path, raw)
+            assert (code, body["error"]) == (409, proto.E_OWNER_UNKNOWN), body
+            assert "no label notebook-name" in body["message"]
+            assert body["next_step"]
+        assert counter.since() == {"get": 0, "patch": 0}  # the pod's label was read; no Notebook was
+    finally:
+        sidecar.stop()
+    cluster.kubectl("delete", "pod", POD, "-n", kube_ns, "--wait=true")
+
+    pod = start_notebook(cluster, admin_api, kube_ns)
+    sidecar = notebook_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar")
+    try:
+        version = notebook(admin_api, kube_ns)["metadata"]["resourceVersion"]
+        counter.reset()
+        refused = [
+            (b"{", 400, proto.E_MALFORMED),
+            (b"[]", 400, proto.E_NOT_AN_OBJECT),
+            (b'{"paused": true}', 400, proto.E_UNKNOWN_FIELD),
+            (b'{"name": 7}', 400, proto.E_WRONG_TYPE),
+            (b'{"name": "../x"}', 400, proto.E_INVALID_VALUE),
+            (b'{"pod": "other-0"}', 403, proto.E_FORBIDDEN_TARGET),
+            (b'{"namespace": "team-b"}', 403, proto.E_FORBIDDEN_TARGET),
+            (b'{"kind": "workspace"}', 403, proto.E_FORBIDDEN_TARGET),
+            (b'{"name": "' + b"x" * (proto.MAX_BODY_BYTES + 1) + b'"}', 413, proto.E_BODY_TOO_LARGE),
+        ]
+        for raw, status, error in refused:
+            code, body = sidecar.raw("POST", proto.PATH_WORKLOAD_STOP, raw)
+            assert (code, body["error"]) == (status, error), (raw[:40], body)
+        code, body = sidecar.raw("POST", proto.PATH_WORKLOAD_STOP, b"{}", auth="Bearer wrong")
+        assert code == 401
+        for method, path in (("POST", proto.PATH_SNAPSHOT_REQUESTS), ("GET", proto.PATH_SNAPSHOTS)):
+            code, body = sidecar.raw(method, path, b"{}" if method == "POST" else b"")
+            assert (code, body["error"]) == (409, proto.E_NOT_ENABLED), body
+        # Another Notebook's name: the pod's label is read, the Notebook is neither read nor written.
+        code, body = sidecar.raw("POST", proto.PATH_WORKLOAD_STOP, b'{"name": "someone-else"}')
+        assert (code, body["error"]) == (403, proto.E_FORBIDDEN_TARGET), body
+        assert counter.since() == {"get": 0, "patch": 0}
+        assert notebook(admin_api, kube_ns)["metadata"]["resourceVersion"] == version
+
+        view = run(sidecar.client.workload())
+        jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+        assert (view["kind"], view["name"], view["namespace"], view["pod"]) == ("notebook", NOTEBOOK, kube_ns, POD)
+        assert (view["stopped"], view["ready_replicas"]) == (False, 1)
+
+        before = time.time()
+        counter.reset()
+        stopped = run(sidecar.client.stop_workload({"kind": "notebook", "name": NOTEBOOK}))
+        assert stopped["already_stopped"] is False
+        assert stopped["workload"]["stopped"] is True
+        annotation = notebook(admin_api, kube_ns)["metadata"]["annotations"][STOPPED_ANNOTATION]
+        assert annotation == stopped["requested_at"]
+        assert before - 1 <= epoch(annotation) <= time.time() + 1
+        wait_for(lambda: read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)["spec"]["replicas"] == 0, 30, "0 replicas")
+        wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD) is None, 60, f"{POD} gone")
+        again = run(sidecar.client.stop_workload())
+        assert again["already_stopped"] is True
+        assert again["requested_at"] is None
+        jsonschema.validate(again["workload"], WORKLOAD_VIEW_SCHEMA)
+        assert counter.since()["patch"] == 1  # the second stop wrote nothing
+        assert notebook(admin_api, kube_ns)["metadata"]["annotations"][STOPPED_ANNOTATION] == annotation
+    finally:
+        sidecar.stop()
