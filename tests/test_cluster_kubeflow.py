@@ -335,3 +335,90 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
         assert notebook(admin_api, kube_ns)["metadata"]["annotations"][STOPPED_ANNOTATION] == annotation
     finally:
         sidecar.stop()
+
+
+def test_sidecar_pauses_its_own_workspace(
+    cluster: Cluster, kube_ns: str, admin_api: Any, workspaces: WorkspaceController, tmp_path: Path
+) -> None:
+    """The overlay's Role (pinned to the Workspace ``research``) bound to ``ws-research``, the account the controller
+    made for the pod; the StatefulSet's name has the API server's generated suffix and the pod is read from
+    ``status.podTemplatePod.name``."""
+    pod = start_workspace(cluster, admin_api, kube_ns, workspaces.kind_name)  # type: ignore[attr-defined]
+    ((owner, sts),) = workspaces.statefulsets_created
+    assert owner == WORKSPACE
+    assert re.fullmatch(rf"ws-{WORKSPACE}-[a-z0-9]{{5}}", sts), sts
+    assert pod["metadata"]["name"] == f"{sts}-0"
+    counter = Counter(cluster, "workspaces")
+    sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar")
+    try:
+        counter.reset()
+        code, body = sidecar.raw("POST", proto.PATH_WORKLOAD_STOP, b'{"kind": "notebook"}')
+        assert (code, body["error"]) == (403, proto.E_FORBIDDEN_TARGET)
+        assert counter.since() == {"get": 0, "patch": 0}
+        view = run(sidecar.client.workload())
+        jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+        assert (view["kind"], view["name"], view["state"], view["stopped"], view["pod"]) == (
+            "workspace",
+            WORKSPACE,
+            "Running",
+            False,
+            pod["metadata"]["name"],
+        )
+        before = time.time()
+        counter.reset()
+        stopped = run(sidecar.client.stop_workload({"name": WORKSPACE}))
+        assert stopped["workload"]["stopped"] is True
+        assert workspace(admin_api, kube_ns)["spec"]["paused"] is True
+        # Terminating lasts as long as kwok takes to remove the pod (no grace period here): seen or not, never after.
+        states = [run(sidecar.client.workload())["state"]]
+        wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, pod["metadata"]["name"]) is None, 60, "the pod gone")
+        status = wait_for(
+            lambda: (s := workspace(admin_api, kube_ns)["status"])["state"] == "Paused" and s, 30, "Paused"
+        )
+        states.append(run(sidecar.client.workload())["state"])
+        assert states in (["Terminating", "Paused"], ["Running", "Paused"], ["Paused", "Paused"]), states
+        # pauseTime is epoch MILLISECONDS (notebooks-v2 UnixMilli); the sidecar reads it as seconds.
+        assert before * 1000 - 1000 <= status["pauseTime"] <= time.time() * 1000 + 1000
+        view = run(sidecar.client.workload())  # the pod is gone; the sidecar process still answers
+        jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+        assert view["pause_time"] == status["pauseTime"] // 1000
+        assert abs(epoch(view["stopped_at"]) - view["pause_time"]) < 1
+        assert status["podTemplatePod"]["name"] == ""  # no pod while paused
+        assert counter.since()["patch"] == 1
+    finally:
+        sidecar.stop()
+
+
+def test_the_overlays_sidecar_role_denies_the_neighbour_workspace_and_a_scale(
+    cluster: Cluster, kube_ns: str, admin_api: Any, workspaces: WorkspaceController, tmp_path: Path
+) -> None:
+    """The sidecar's token (``ws-research``) by the real authorizer: its own Workspace yes; a neighbour's Workspace,
+    the StatefulSet's scale and secrets no."""
+    from kubernetes import config
+
+    from tests.cluster.fixtures import token_kubeconfig
+
+    pod = start_workspace(cluster, admin_api, kube_ns, workspaces.kind_name)  # type: ignore[attr-defined]
+    create(cluster, [workspace_object("neighbour", kube_ns, workspaces.kind_name, paused=True)])  # type: ignore[attr-defined]
+    token = bound_token(cluster, kube_ns, f"ws-{WORKSPACE}", pod)
+    api = config.new_client_from_config(str(token_kubeconfig(cluster, tmp_path / "kc", token, kube_ns)))
+    custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
+
+    def status_of(call: Any) -> int:
+        try:
+            call()
+        except client.ApiException as exc:
+            return int(exc.status)
+        return 200
+
+    try:
+        assert status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", WORKSPACE)) == 200
+        assert status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", "neighbour")) == 403
+        pause = {"spec": {"paused": True}}
+        assert status_of(lambda: custom.patch_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", "neighbour", pause)) == 403
+        sts = pod["metadata"]["name"].removesuffix("-0")
+        assert (WORKSPACE, sts) in workspaces.statefulsets_created
+        assert status_of(lambda: apps.patch_namespaced_stateful_set_scale(sts, kube_ns, {"spec": {"replicas": 0}})) == 403
+        assert status_of(lambda: client.CoreV1Api(api).list_namespaced_secret(kube_ns)) == 403
+    finally:
+        api.close()

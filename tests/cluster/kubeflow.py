@@ -364,7 +364,7 @@ class WorkspaceController(_Controller):
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
         super().__init__(cluster, namespace)
-        self.statefulsets_created: list[str] = []
+        self.statefulsets_created: list[tuple[str, str]] = []  # (workspace, statefulset)
         self.informers = {
             "workspaces": _Informer(
                 "workspaces",
@@ -449,7 +449,7 @@ class WorkspaceController(_Controller):
             sts = self.api.sanitize_for_serialization(
                 self.apps.create_namespaced_stateful_set(self.namespace, self.statefulset(workspace, kind, values))
             )
-            self.statefulsets_created.append(sts["metadata"]["name"])
+            self.statefulsets_created.append((name, sts["metadata"]["name"]))
         else:
             sts = owned[0]
             if sts["spec"].get("replicas") != replicas:
