@@ -42,6 +42,7 @@ from tests.cluster.kubeflow import (
     workspace_kind_object,
     workspace_object,
 )
+from tests.cluster.fixtures import service_account_token
 from tests.cluster.notebook import REPO, RealSidecar, bound_token, create, render, wait_for
 from tests.conftest import checkpoint_handler_code
 from tests.servers import ServerProcess
@@ -225,16 +226,30 @@ def start_workspace(cluster: Cluster, admin_api: Any, namespace: str, kind: str)
     return pod
 
 
-def notebook_sidecar(cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path) -> Sidecar:
-    token = bound_token(cluster, namespace, "jupyter-suspend-sidecar", pod)
-    return Sidecar(cluster, namespace, pod, directory, ["--workload", "notebook"]).start(token)
+def token(cluster: Cluster, namespace: str, account: str, pod: dict[str, Any], outlives_pod: bool) -> str:
+    """A TokenRequest token of ``account``: bound to ``pod`` as the kubelet projects it, or (``outlives_pod``) not
+    bound, for a test whose sidecar process goes on observing after its pod is gone (a real sidecar dies with its
+    pod; the API server refuses a bound token once the pod is deleted, after its authentication cache's TTL)."""
+    assert pod["spec"]["serviceAccountName"] == account
+    if outlives_pod:
+        return service_account_token(cluster, namespace, account)
+    return bound_token(cluster, namespace, account, pod)
 
 
-def workspace_sidecar(cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path) -> Sidecar:
+def notebook_sidecar(
+    cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path, outlives_pod: bool = False
+) -> Sidecar:
+    # notebook-example.yaml runs the pod as the overlay's account jupyter-suspend-sidecar.
+    secret = token(cluster, namespace, "jupyter-suspend-sidecar", pod, outlives_pod)
+    return Sidecar(cluster, namespace, pod, directory, ["--workload", "notebook"]).start(secret)
+
+
+def workspace_sidecar(
+    cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path, outlives_pod: bool = False
+) -> Sidecar:
     # The pod runs as the controller's per-workspace ServiceAccount; the overlay binds the sidecar's Role to it.
-    assert pod["spec"]["serviceAccountName"] == f"ws-{WORKSPACE}"
-    token = bound_token(cluster, namespace, f"ws-{WORKSPACE}", pod)
-    return Sidecar(cluster, namespace, pod, directory, ["--workload", "workspace"]).start(token)
+    secret = token(cluster, namespace, f"ws-{WORKSPACE}", pod, outlives_pod)
+    return Sidecar(cluster, namespace, pod, directory, ["--workload", "workspace"]).start(secret)
 
 
 # -- the simulated controllers themselves ------------------------------------------------------------------------
@@ -283,7 +298,7 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
     cluster.kubectl("delete", "pod", POD, "-n", kube_ns, "--wait=true")
 
     pod = start_notebook(cluster, admin_api, kube_ns)
-    sidecar = notebook_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar")
+    sidecar = notebook_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", outlives_pod=True)
     try:
         version = notebook(admin_api, kube_ns)["metadata"]["resourceVersion"]
         counter.reset()
@@ -349,7 +364,7 @@ def test_sidecar_pauses_its_own_workspace(
     assert re.fullmatch(rf"ws-{WORKSPACE}-[a-z0-9]{{5}}", sts), sts
     assert pod["metadata"]["name"] == f"{sts}-0"
     counter = Counter(cluster, "workspaces")
-    sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar")
+    sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", outlives_pod=True)
     try:
         counter.reset()
         code, body = sidecar.raw("POST", proto.PATH_WORKLOAD_STOP, b'{"kind": "notebook"}')
@@ -422,3 +437,263 @@ def test_the_overlays_sidecar_role_denies_the_neighbour_workspace_and_a_scale(
         assert status_of(lambda: client.CoreV1Api(api).list_namespaced_secret(kube_ns)) == 403
     finally:
         api.close()
+
+
+# -- the backends in a real jupyter server ------------------------------------------------------------------------
+
+
+class KubeflowServer(ServerProcess):
+    def __init__(self, base: Path, state_dir: Path, sidecar: Sidecar, backend: str):
+        config = (
+            f"c.SuspendApp.backend = {backend!r}\n"
+            f"c.KubeflowBackend.sidecar_socket = {sidecar.socket_path!r}\n"
+            f"c.KubeflowBackend.sidecar_secret = {sidecar.secret_path!r}\n"
+            "c.KubeflowBackend.observe_seconds = 60.0\n"
+            "c.KubeflowBackend.observe_interval = 0.1\n"
+        )
+        super().__init__(base, state_dir, config)
+
+    def env(self) -> dict[str, str]:
+        return {k: v for k, v in super().env().items() if not k.startswith(("KUBERNETES_", "POD_"))}
+
+    def journal(self) -> list[dict[str, Any]]:
+        path = self.state_dir / "journal.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def kernels_view(server: KubeflowServer) -> list[tuple[str, str, str]]:
+    """What Kubeflow's culler reads: ``GET /api/kernels`` execution_state and last_activity."""
+    code, kernels = server.request("GET", "api/kernels")
+    assert code == 200
+    return sorted((k["id"], k["execution_state"], k["last_activity"]) for k in kernels)
+
+
+def probe_view(server: KubeflowServer) -> str:
+    """What the Jupyter activity probe of Kubeflow Workspaces reads: ``GET /api/status`` last_activity (a request
+    to /api/kernels, the culler's own, counts as activity there: read this one without it in between)."""
+    code, status = server.request("GET", "api/status")
+    assert code == 200
+    return str(status["last_activity"])
+
+
+def settled_kernels_view(server: KubeflowServer) -> list[tuple[str, str, str]]:
+    """The culler's view once every kernel is idle and the view holds still for a moment."""
+    deadline = time.monotonic() + 30
+    previous = None
+    while True:
+        view = kernels_view(server)
+        if view == previous and all(state == "idle" for _, state, _ in view):
+            return view
+        assert time.monotonic() < deadline, view
+        previous = view
+        time.sleep(0.3)
+
+
+def assert_polling_is_not_activity(server: KubeflowServer, rounds: int = 3) -> dict[str, Any]:
+    """Status, timeline, openapi and dry runs leave both activity views as they were; the last dry run."""
+    kernels = settled_kernels_view(server)
+    probe = probe_view(server)
+    preflight: dict[str, Any] = {}
+    for _ in range(rounds):
+        server.api("GET", "status")
+        server.api("GET", "timeline")
+        server.api("GET", "openapi.json")
+        preflight = server.api("POST", "suspend", {"dry_run": True})
+    assert probe_view(server) == probe
+    assert kernels_view(server) == kernels
+    return preflight
+
+
+def open_session(server: KubeflowServer, name: str = "model.ipynb") -> tuple[str, str]:
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), server.root_dir / name)
+    code, session = server.request(
+        "POST", "api/sessions", {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
+    )
+    assert code == 201, session
+    return str(session["kernel"]["id"]), str(session["id"])
+
+
+def suspend(server: KubeflowServer) -> dict[str, Any]:
+    server.api("POST", "suspend", {"reason": "overnight"}, expect=202)
+    return server.wait(lambda s: s["operation"] and not s["operation"]["in_progress"], timeout=120)
+
+
+def backend_marks(server: KubeflowServer, after: int = 0) -> list[str]:
+    return [e["mark"] for e in server.journal() if e["seq"] > after and e.get("mark")]
+
+
+def cold_start(base: Path, sidecar: Sidecar, backend: str) -> tuple[KubeflowServer, dict[str, Any]]:
+    """A new server in the pod that came back, with the old journal: it resumes by itself."""
+    server = KubeflowServer(base, base / "state", sidecar, backend).start()
+    status = server.wait(lambda s: s["state"] == "ready" and not (s["operation"] or {}).get("in_progress"), 90)
+    return server, status
+
+
+def test_notebook_suspend_stops_it_and_the_new_pod_restores_the_sessions_cold(
+    cluster: Cluster, kube_ns: str, admin_api: Any, notebooks: NotebookController, tmp_path: Path
+) -> None:
+    pod = start_notebook(cluster, admin_api, kube_ns)
+    first_uid = pod["metadata"]["uid"]
+    sidecar = notebook_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", outlives_pod=True)
+    server = KubeflowServer(tmp_path, tmp_path / "state", sidecar, "kubeflow-notebook").start()
+    second: KubeflowServer | None = None
+    counter = Counter(cluster, "notebooks")
+    try:
+        kernel_id, session_id = open_session(server)
+        run_cell(server, kernel_id, SETUP)
+
+        # The culler must not see our requests: polling and a dry run move nothing it reads.
+        preflight = assert_polling_is_not_activity(server, rounds=2)
+        assert preflight["would_abort"] == []
+        notes = " ".join(preflight["notes"])
+        assert f"Kubeflow Notebook 'notebook' in namespace {kube_ns}" in notes
+        assert "No snapshot is taken: kernel memory is lost" in notes
+        text = server.api("GET", "status")["backend"]["text"]
+        assert "variables in kernel memory" not in text["keeps"]
+        assert text["keeps"] == ["notebooks and other files", "application checkpoints"]
+
+        # A flush that fails aborts before anything reaches the Kubernetes API.
+        run_cell(
+            server,
+            kernel_id,
+            "from jupyter_suspend.kernel import protocol as _p\n_saved = _p._handlers['checkpoint']\n"
+            + checkpoint_handler_code(fail="disk full"),
+        )
+        counter.reset()
+        aborted = suspend(server)
+        assert (aborted["state"], aborted["operation"]["outcome"]) == ("running", "aborted"), aborted
+        assert "disk full" in aborted["message"]
+        assert counter.since() == {"get": 0, "patch": 0}
+        run_cell(server, kernel_id, "_p.register_handler('checkpoint', _saved)")
+
+        seq = max(e["seq"] for e in server.journal())
+        counter.reset()
+        status = suspend(server)
+        assert status["state"] == "suspended", status
+        stopped_at = notebook(admin_api, kube_ns)["metadata"]["annotations"][STOPPED_ANNOTATION]
+        assert read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)["spec"]["replicas"] == 0
+        assert read(admin_api, "v1", "pods", kube_ns, POD) is None
+        assert backend_marks(server, seq) == ["notebook_stop_requested", "notebook_scaled_down"]
+        (requested,) = [e for e in server.journal() if e["seq"] > seq and e["kind"] == "kubeflow_stop_requested"]
+        assert requested["annotation_or_patch_at"] == stopped_at
+        assert requested["workload"]["name"] == NOTEBOOK
+        assert status["backend"]["workload"]["ready_replicas"] == 0
+        jsonschema.validate(status["backend"]["workload"], WORKLOAD_VIEW_SCHEMA)
+        assert "Kubeflow notebook is stopped" in status["backend"]["text"]["while_suspended"]
+        assert counter.since()["patch"] == 1  # one annotation, through the overlay's Role
+
+        # The pod is gone with its processes (the sidecar too); `jupyter suspend resume --kind notebook` removes
+        # the annotation; the real StatefulSet controller makes a new pod with a new sidecar.
+        server.stop(signal.SIGKILL)
+        sidecar.stop()
+        client.CustomObjectsApi(admin_api).patch_namespaced_custom_object(
+            GROUP, "v1", kube_ns, "notebooks", NOTEBOOK, {"metadata": {"annotations": {STOPPED_ANNOTATION: None}}}
+        )
+        new_pod = wait_for(lambda: running(admin_api, kube_ns, POD, not_uid=first_uid), 90, "a new notebook-0")
+        sidecar = notebook_sidecar(cluster, kube_ns, new_pod, tmp_path / "sidecar")
+        second, ready = cold_start(tmp_path, sidecar, "kubeflow-notebook")
+        assert ready["restore"] == "cold", ready
+        assert "This is a new pod: notebook notebook was asked to stop at" in ready["cold_start"]["message"]
+        _, sessions = second.request("GET", "api/sessions")
+        assert [(s["id"], s["kernel"]["id"], s["path"]) for s in sessions] == [(session_id, kernel_id, "model.ipynb")]
+        restored = ready["last_restore"]["checkpoints_restored"][kernel_id]
+        assert sorted(restored["restored"]) == ["vocab", "weights"]
+        assert verdict(second, kernel_id) == "COLD"
+        out, _ = run_cell(second, kernel_id, "print(vocab, 'only_in_memory' in dir())")
+        assert out.strip() == "{'a': 1, 'b': 2} False"
+        cycle = second.api("GET", "timeline")["cycles"][-1]
+        assert (cycle["outcome"], cycle["restore"]) == ("resumed", "cold")
+        names = [e["name"] for e in cycle["events"]]
+        assert names == ["notebook_stop_requested", "notebook_scaled_down", "pod_started_cold"], json.dumps(
+            cycle["events"]
+        )
+    finally:
+        for process in (second, server):
+            if process is not None:
+                process.stop()
+        sidecar.stop()
+
+
+def test_workspace_suspend_pauses_it_with_state_and_pause_time_on_the_timeline(
+    cluster: Cluster, kube_ns: str, admin_api: Any, workspaces: WorkspaceController, tmp_path: Path
+) -> None:
+    pod = start_workspace(cluster, admin_api, kube_ns, workspaces.kind_name)  # type: ignore[attr-defined]
+    sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", outlives_pod=True)
+    server = KubeflowServer(tmp_path, tmp_path / "state", sidecar, "kubeflow-workspace").start()
+    second: KubeflowServer | None = None
+    try:
+        kernel_id, _ = open_session(server)
+        run_cell(server, kernel_id, "x = 41")  # checkpoints are the notebook test's; this one is about the workspace
+        # The Jupyter activity probe reads /api/status: our polling does not move it.
+        preflight = assert_polling_is_not_activity(server, rounds=2)
+        assert f"Kubeflow Workspace 'research' in namespace {kube_ns} (state Running" in " ".join(preflight["notes"])
+
+        seq = max(e["seq"] for e in server.journal())
+        status = suspend(server)
+        assert status["state"] == "suspended", status
+        ws = workspace(admin_api, kube_ns)
+        assert ws["spec"]["paused"] is True
+        assert ws["status"]["state"] == "Paused"
+        assert read(admin_api, "v1", "pods", kube_ns, pod["metadata"]["name"]) is None
+        # Terminating is seen if the pod still terminates once the kernels are stopped (timing): never else.
+        marks = backend_marks(server, seq)
+        assert marks in (
+            ["workspace_stop_requested", "workspace_paused"],
+            ["workspace_stop_requested", "workspace_terminating", "workspace_paused"],
+        ), marks
+        (paused,) = [e for e in server.journal() if e.get("mark") == "workspace_paused"]
+        # pauseTime is epoch milliseconds (notebooks-v2); the journal has it in whole seconds.
+        assert ws["status"]["pauseTime"] > 10**11
+        assert paused["pause_time"] == ws["status"]["pauseTime"] // 1000
+        before_paused = [e for e in server.journal() if e.get("mark") in marks[:-1]]
+        assert paused["mark_at"] == max(float(paused["pause_time"]), before_paused[-1]["mark_at"])
+        assert (paused["workload_state"], paused["workload_state_message"]) == ("Paused", "Workspace is paused")
+        assert status["backend"]["workload"]["state"] == "Paused"
+        jsonschema.validate(status["backend"]["workload"], WORKLOAD_VIEW_SCHEMA)
+        cycle = server.api("GET", "timeline")["cycles"][-1]
+        assert [e["name"] for e in cycle["events"]] == marks
+
+        server.stop(signal.SIGKILL)
+        sidecar.stop()
+        client.CustomObjectsApi(admin_api).patch_namespaced_custom_object(
+            GROUP, "v1beta1", kube_ns, "workspaces", WORKSPACE, {"spec": {"paused": False}}
+        )
+        name = pod["metadata"]["name"]  # the same StatefulSet: the same pod name, a new pod
+        new_pod = wait_for(lambda: running(admin_api, kube_ns, name, not_uid=pod["metadata"]["uid"]), 90, "new pod")
+        sidecar = workspace_sidecar(cluster, kube_ns, new_pod, tmp_path / "sidecar")
+        second, ready = cold_start(tmp_path, sidecar, "kubeflow-workspace")
+        assert ready["restore"] == "cold"
+        assert ready["backend"]["workload"]["state"] == "Running"
+        (cold,) = [e for e in second.journal() if e["kind"] == "kubeflow_cold_start"]
+        assert (cold["workload_state"], cold["kernels_restarted"]) == ("Running", 1)
+    finally:
+        for process in (second, server):
+            if process is not None:
+                process.stop()
+        sidecar.stop()
+
+
+def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(
+    cluster: Cluster, kube_ns: str, admin_api: Any, tmp_path: Path
+) -> None:
+    deploy_overlay(cluster, "kubeflow-notebook", kube_ns)
+    cluster.kubectl("run", POD, "-n", kube_ns, "--image=x:1", "--restart=Never", "--labels=app=notebook",
+                    "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}))
+    lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
+    recorded: list[str] = []
+    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
+    sidecar = notebook_sidecar(cluster, kube_ns, lone, tmp_path / "sidecar")
+    counter = Counter(cluster, "notebooks")
+    try:
+        backend = KubeflowNotebookBackend(sidecar_socket=sidecar.socket_path, sidecar_secret=sidecar.secret_path)
+        (blocker,) = asyncio.run(backend.preflight_blockers(None))
+        assert "has no label notebook-name" in blocker
+        with pytest.raises(FlushFailed) as failed:
+            asyncio.run(backend.release(ctx))
+        assert "could not be stopped" in failed.value.reason
+        assert "run the sidecar with --workload matching the pod's owner" in failed.value.reason
+        assert failed.value.reason.endswith("Nothing was released; the session keeps running.")
+        assert counter.since() == {"get": 0, "patch": 0}
+        assert recorded == []
+    finally:
+        sidecar.stop()
