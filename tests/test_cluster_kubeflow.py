@@ -17,6 +17,7 @@ import json
 import re
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from importlib.resources import files
@@ -30,6 +31,7 @@ from kubernetes import client
 
 from jupyter_suspend.common import sidecar_protocol as proto
 from jupyter_suspend.server.backends.base import ReleaseContext
+from jupyter_suspend.server.backends.gke_workspaces import WHEN_RESTORED, GKEWorkspacesBackend
 from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend
 from jupyter_suspend.server.states import FlushFailed
 from tests.cluster.control_plane import Cluster
@@ -38,6 +40,7 @@ from tests.cluster.kubeflow import (
     STOPPED_ANNOTATION,
     TOLERATIONS,
     NotebookController,
+    GKEWorkspacesAddOn,
     WorkspaceController,
     workspace_kind_object,
     workspace_object,
@@ -179,13 +182,17 @@ def notebooks(cluster: Cluster, kube_ns: str) -> Iterator[NotebookController]:
 
 
 @pytest.fixture
-def workspaces(cluster: Cluster, kube_ns: str, admin_api: Any) -> Iterator[WorkspaceController]:
+def workspaces(
+    cluster: Cluster, kube_ns: str, admin_api: Any, request: pytest.FixtureRequest
+) -> Iterator[WorkspaceController]:
+    """The overlay, a WorkspaceKind of this test's own (cluster-scoped), the workspace controller
+    (``request.param``: its keyword arguments)."""
     deploy_overlay(cluster, "kubeflow-workspace", kube_ns)
     kind = f"jupyterlab-{kube_ns}"[-63:].strip("-")
     custom = client.CustomObjectsApi(admin_api)
     custom.create_cluster_custom_object(GROUP, "v1beta1", "workspacekinds", workspace_kind_object(kind))
     try:
-        with WorkspaceController(cluster, kube_ns) as controller:
+        with WorkspaceController(cluster, kube_ns, **getattr(request, "param", {})) as controller:
             controller.kind_name = kind  # type: ignore[attr-defined]
             yield controller
         assert not controller.errors, controller.errors
@@ -697,3 +704,153 @@ def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(
         assert recorded == []
     finally:
         sidecar.stop()
+
+
+@pytest.mark.parametrize(
+    "workspaces", [{"seconds_clock": False}, {"seconds_clock": True}], ids=["milliseconds", "seconds"], indirect=True
+)
+def test_item3_the_sidecar_reads_a_paused_workspaces_pause_time_in_either_unit(
+    cluster: Cluster, kube_ns: str, admin_api: Any, workspaces: WorkspaceController, tmp_path: Path
+) -> None:
+    """notebooks-v2 writes UnixMilli(), v2.0-alpha-branch wrote Unix(): the CRD's int64 holds either."""
+    pod = start_workspace(cluster, admin_api, kube_ns, workspaces.kind_name)  # type: ignore[attr-defined]
+    sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", outlives_pod=True)
+    try:
+        before = time.time()
+        run(sidecar.client.stop_workload({"name": WORKSPACE}))
+        status = wait_for(lambda: (s := workspace(admin_api, kube_ns)["status"])["state"] == "Paused" and s, 60, "Paused")
+        assert (status["pauseTime"] < 10**11) is workspaces.seconds_clock
+        view = run(sidecar.client.workload())
+        jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
+        assert before - 1 <= view["pause_time"] <= time.time() + 1
+        assert abs(epoch(view["stopped_at"]) - view["pause_time"]) < 1
+    finally:
+        sidecar.stop()
+
+
+# -- the gke-workspaces backend: GKE Workspaces' snapshot add-on as a real admission webhook ----------------------
+
+
+class GKEWorkspacesServer(ServerProcess):
+    def __init__(self, base: Path, sidecar: Sidecar, uid_file: Path, uid: str, backend: str):
+        config = (
+            f"c.SuspendApp.backend = {backend!r}\n"
+            f"c.KubeflowBackend.sidecar_socket = {sidecar.socket_path!r}\n"
+            f"c.KubeflowBackend.sidecar_secret = {sidecar.secret_path!r}\n"
+            f"c.GKEWorkspacesBackend.pod_uid_file = {str(uid_file)!r}\n"
+            "c.GKEWorkspacesBackend.spec_environ_path = ''\n"
+            "c.GKEWorkspacesBackend.return_check_interval = 0.1\n"
+            "c.GKEWorkspacesBackend.addon_poll_interval = 0.2\n"
+        )
+        super().__init__(base, base / "state", config)
+        self.uid = uid
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in super().env().items() if not k.startswith(("KUBERNETES_", "POD_"))}
+        return {**env, "POD_UID": self.uid}
+
+    def journal(self) -> list[dict[str, Any]]:
+        path = self.state_dir / "journal.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Driver535Backend(GKEWorkspacesBackend):
+    """The gke-workspaces backend on a node with the default 535 driver (NVML's answer is the seam)."""
+
+    driver_version_reader = staticmethod(lambda: "535.183.01")
+
+
+@pytest.fixture
+def gke_world(
+    cluster: Cluster,
+    kube_ns: str,
+    admin_api: Any,
+    workspaces: WorkspaceController,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[GKEWorkspacesAddOn, GKEWorkspacesServer, Path, str]]:
+    """The add-on's webhooks (``mutate_pods``: its Pod webhook too), a running Workspace, its sidecar and a server
+    on ``backend``; a kernel with the live-state canary set up."""
+    mutate_pods, backend = getattr(request, "param", (True, "gke-workspaces"))
+    addon = GKEWorkspacesAddOn(cluster, kube_ns, tmp_path / "addon-pki", mutate_pods=mutate_pods).start()
+    try:
+        pod = start_workspace(cluster, admin_api, kube_ns, workspaces.kind_name)  # type: ignore[attr-defined]
+        assert (pod["spec"].get("runtimeClassName") == "gvisor") is mutate_pods
+        uid = pod["metadata"]["uid"]
+        uid_file = tmp_path / "podinfo" / "uid"
+        uid_file.parent.mkdir()
+        uid_file.write_text(uid)
+        sidecar = workspace_sidecar(cluster, kube_ns, pod, tmp_path / "sidecar")
+        server = GKEWorkspacesServer(tmp_path, sidecar, uid_file, uid, backend).start()
+        try:
+            kernel_id, _ = open_session(server)
+            run_cell(server, kernel_id, SETUP)
+            yield addon, server, uid_file, kernel_id
+        finally:
+            server.stop()
+            sidecar.stop()
+    finally:
+        addon.stop()
+
+
+def test_item5_a_pause_on_gke_workspaces_returns_live_judged_by_the_canary(
+    kube_ns: str, admin_api: Any, gke_world: Any
+) -> None:
+    addon, server, uid_file, kernel_id = gke_world
+    preflight = server.api("POST", "suspend", {"dry_run": True})
+    assert preflight["would_abort"] == [], preflight
+    notes = " ".join(preflight["notes"])
+    assert "snapshot add-on is active for this pod" in notes
+    assert f"kept {WHEN_RESTORED}" in notes
+    status = server.api("GET", "status")
+    assert status["backend"]["mode"]["snapshot_addon"] == "active"
+    assert f"variables in kernel memory ({WHEN_RESTORED})" in status["backend"]["text"]["keeps"]
+
+    server.api("POST", "suspend", {"reason": "lunch"}, expect=202)
+    # The add-on held the pause (in admission: paused never reached storage) and is snapshotting; the kernels were
+    # not stopped (they are in the snapshot).
+    wait_for(lambda: any(e.get("mark") == "addon_checkpointing" for e in server.journal()), 60, "addon_checkpointing")
+    assert addon.intercepted == 1
+    ws = workspace(admin_api, kube_ns)
+    assert ws["spec"]["paused"] is False
+    assert ws["metadata"]["annotations"][GKEWorkspacesAddOn.CHECKPOINT_STATE] == "Checkpointing"
+    assert server.api("GET", "status")["state"] == "snapshotting"
+
+    # GKE restores the pod from the snapshot: the downward-API file names the new pod.
+    uid_file.write_text(str(uuid.uuid4()))
+    status = server.wait(lambda s: s["state"] == "ready", timeout=60)
+    assert status["restore"] == "live", status
+    assert status["last_restore"]["verification"][0]["verdict"] == "LIVE"
+    assert verdict(server, kernel_id) == "LIVE"
+    out, _ = run_cell(server, kernel_id, "print(only_in_memory + 1)")
+    assert out.strip() == "42"
+    marks = [e["mark"] for e in server.journal() if e.get("mark")]
+    assert marks.index("workspace_pause_requested") < marks.index("addon_checkpointing") < marks.index("pod_returned")
+
+
+@pytest.mark.parametrize("gke_world", [(False, "gke-workspaces")], indirect=True)
+def test_item5_without_the_addon_the_dry_run_says_so_and_a_suspend_is_refused(
+    kube_ns: str, admin_api: Any, gke_world: Any
+) -> None:
+    addon, server, _, kernel_id = gke_world
+    preflight = server.api("POST", "suspend", {"dry_run": True})
+    assert len(preflight["would_abort"]) == 1, preflight
+    assert "snapshot add-on is not active" in preflight["would_abort"][0]
+    assert "kubeflow-workspace backend" in " ".join(preflight["notes"])
+    assert server.api("GET", "status")["backend"]["mode"]["snapshot_addon"] == "not detected"
+    server.api("POST", "suspend", {"reason": "lunch"}, expect=202)
+    status = server.wait(lambda s: s["operation"] and not s["operation"]["in_progress"], timeout=60)
+    assert status["state"] == "running", status
+    assert "nothing was released" in status["message"].lower()
+    assert workspace(admin_api, kube_ns)["spec"]["paused"] is False
+    assert addon.intercepted == 0
+    out, _ = run_cell(server, kernel_id, "print(only_in_memory)")
+    assert out.strip() == "41"
+
+
+@pytest.mark.parametrize("gke_world", [(True, "tests.test_cluster_kubeflow:Driver535Backend")], indirect=True)
+def test_item8_a_driver_below_570_is_reported_in_the_dry_run(gke_world: Any) -> None:
+    _, server, _, _ = gke_world
+    preflight = server.api("POST", "suspend", {"dry_run": True})
+    notes = preflight["notes"]
+    assert any(n.startswith("GPU memory will not be kept: the NVIDIA driver is 535.183.01") for n in notes), notes

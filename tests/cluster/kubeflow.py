@@ -362,8 +362,21 @@ class NotebookController(_Controller):
 class WorkspaceController(_Controller):
     """kubeflow/notebooks notebooks-v2 workspaces/controller (see the module's docstring)."""
 
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        seconds_clock: bool = False,
+        pod_mutation: Callable[[JSON], None] | None = None,
+    ) -> None:
+        """``seconds_clock``: ``pauseTime`` in epoch seconds as ``v2.0-alpha-branch`` wrote it
+        (``metav1.Now().Unix()``, same file on that branch). ``pod_mutation``: applied to each generated pod template,
+        standing in for a mutating admission webhook on the pods (GKE Workspaces' snapshot add-on adds
+        ``runtimeClassName: gvisor`` and a readiness gate that way; simulated here on the template, unverified
+        against the add-on's exact patch)."""
         super().__init__(cluster, namespace)
+        self.seconds_clock = seconds_clock
+        self.pod_mutation = pod_mutation
         self.statefulsets_created: list[tuple[str, str]] = []  # (workspace, statefulset)
         self.informers = {
             "workspaces": _Informer(
@@ -446,9 +459,10 @@ class WorkspaceController(_Controller):
             return
         replicas = 0 if spec.get("paused") else 1
         if not owned:
-            sts = self.api.sanitize_for_serialization(
-                self.apps.create_namespaced_stateful_set(self.namespace, self.statefulset(workspace, kind, values))
-            )
+            wanted = self.statefulset(workspace, kind, values)
+            if self.pod_mutation is not None:
+                self.pod_mutation(wanted["spec"]["template"])
+            sts = self.api.sanitize_for_serialization(self.apps.create_namespaced_stateful_set(self.namespace, wanted))
             self.statefulsets_created.append((name, sts["metadata"]["name"]))
         else:
             sts = owned[0]
@@ -512,7 +526,8 @@ class WorkspaceController(_Controller):
     def _status(self, workspace: JSON, pod: JSON | None, account: str, chosen: JSON) -> None:
         old = workspace.get("status") or {}
         paused = bool((workspace.get("spec") or {}).get("paused"))
-        pause_time = (old.get("pauseTime") or now_millis()) if paused else 0
+        now = int(time.time()) if self.seconds_clock else now_millis()
+        pause_time = (old.get("pauseTime") or now) if paused else 0
         pod_status: JSON = {"name": "", "nodeName": "", "serviceAccountName": account}
         if pod is not None:
             pod_status |= {
@@ -638,3 +653,122 @@ def workspace_object(name: str, namespace: str, kind: str, paused: bool = False)
             },
         },
     }
+
+
+class GKEWorkspacesAddOn:
+    """GKE Workspaces' snapshot add-on, as far as a pause goes, as a real admission webhook of the real API server
+    (HTTPS on loopback, a CA of the test's own in the MutatingWebhookConfiguration's caBundle).
+
+    From the public code (gke-labs/workspaces ``providers/gke/internal/snapshot/webhook.go`` ``mutateWorkspace``, and
+    ``providers/gke/pod_snapshot_webhook_design.md``; platform-facts.md §2/§3): a pause request (``spec.paused``
+    false -> true) on a Workspace is held (``paused`` kept false) and the Workspace annotated
+    ``podsnapshot.gke.kubeflow.org/checkpoint-state: Checkpointing``; its Pod webhook gives the workspace's pods
+    ``runtimeClassName: gvisor`` and the readiness gate ``podsnapshot.gke.kubeflow.org/active``. Not simulated: the
+    snapshot itself and the later ``paused: true`` (unverified without the platform)."""
+
+    CHECKPOINT_STATE = "podsnapshot.gke.kubeflow.org/checkpoint-state"
+    READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+
+    def __init__(self, cluster: Cluster, namespace: str, directory: Any, mutate_pods: bool = True) -> None:
+        from .pki import CertificateAuthority
+
+        self.cluster, self.namespace, self.mutate_pods = cluster, namespace, mutate_pods
+        self.intercepted = 0
+        self.pods_mutated = 0
+        self.ca = CertificateAuthority(directory)
+        self.cert, self.key = self.ca.issue("addon", "gke-workspaces-addon", server_ips=("127.0.0.1",))
+        self.name = f"gke-workspaces-addon-{namespace}"
+        self._server: Any = None
+
+    def review(self, request: JSON) -> JSON:
+        """One AdmissionReview request -> its response (a JSONPatch or nothing)."""
+        obj, old = request.get("object") or {}, request.get("oldObject") or {}
+        patch: list[JSON] = []
+        if obj.get("kind") == "Workspace":
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            requested = (obj.get("spec") or {}).get("paused") and not (old.get("spec") or {}).get("paused")
+            if requested and annotations.get(self.CHECKPOINT_STATE) not in ("Checkpointing", "Ready"):
+                self.intercepted += 1
+                patch = [
+                    {"op": "replace", "path": "/spec/paused", "value": False},
+                    {"op": "add", "path": "/metadata/annotations", "value": {**annotations, self.CHECKPOINT_STATE: "Checkpointing"}},
+                ]
+        elif obj.get("kind") == "Pod" and self.mutate_pods:
+            self.pods_mutated += 1
+            gates = [*((obj.get("spec") or {}).get("readinessGates") or []), {"conditionType": self.READINESS_GATE}]
+            patch = [
+                {"op": "add", "path": "/spec/runtimeClassName", "value": "gvisor"},
+                {"op": "add", "path": "/spec/readinessGates", "value": gates},
+            ]
+        response: JSON = {"uid": request["uid"], "allowed": True}
+        if patch:
+            import base64
+
+            response |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
+        return response
+
+    def start(self) -> GKEWorkspacesAddOn:
+        import base64
+        import http.server
+        import ssl
+
+        addon = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.dumps(
+                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": addon.review(review["request"])}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(self.cert), str(self.key))
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        url = f"https://127.0.0.1:{self._server.server_address[1]}"
+        bundle = base64.b64encode(self.ca.cert_file.read_bytes()).decode()
+
+        def hook(name: str, path: str, rule: JSON) -> JSON:
+            return {
+                "name": f"{name}.gke-workspaces.test",
+                "clientConfig": {"url": f"{url}/{path}", "caBundle": bundle},
+                "rules": [rule],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}},
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }
+
+        configuration = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": self.name},
+            "webhooks": [
+                hook("workspaces", "workspaces", {
+                    "apiGroups": [GROUP], "apiVersions": [WORKSPACE_VERSION], "operations": ["UPDATE"],
+                    "resources": ["workspaces"], "scope": "Namespaced",
+                }),
+                hook("pods", "pods", {
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+                    "scope": "Namespaced",
+                }) | {"objectSelector": {"matchExpressions": [{"key": WORKSPACE_NAME_LABEL, "operator": "Exists"}]}},
+            ],
+        }  # fmt: skip
+        self.cluster.kubectl("create", "--validate=strict", "-f", "-", input=json.dumps(configuration))
+        return self
+
+    def stop(self) -> None:
+        self.cluster.kubectl("delete", "mutatingwebhookconfiguration", self.name, "--wait=false", check=False)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
