@@ -35,17 +35,17 @@ from jupyter_suspend.server.backends.gke_workspaces import WHEN_RESTORED, GKEWor
 from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend
 from jupyter_suspend.server.states import FlushFailed
 from tests.cluster.control_plane import Cluster
+from tests.cluster.fixtures import service_account_token
 from tests.cluster.kubeflow import (
     GROUP,
     STOPPED_ANNOTATION,
     TOLERATIONS,
-    NotebookController,
     GKEWorkspacesAddOn,
+    NotebookController,
     WorkspaceController,
     workspace_kind_object,
     workspace_object,
 )
-from tests.cluster.fixtures import service_account_token
 from tests.cluster.notebook import REPO, RealSidecar, bound_token, create, render, wait_for
 from tests.conftest import checkpoint_handler_code
 from tests.servers import ServerProcess
@@ -168,7 +168,9 @@ def run(coro: Any) -> Any:
 def deploy_overlay(cluster: Cluster, overlay: str, namespace: str) -> list[dict[str, Any]]:
     """deploy/overlays/<overlay> rendered into ``namespace`` and created as it is (strict field validation); the
     example Notebook of the notebook overlay is left out (the test makes its own)."""
-    documents = [d for d in render(cluster, REPO / "deploy" / "overlays" / overlay, namespace) if d["kind"] != "Notebook"]
+    documents = [
+        d for d in render(cluster, REPO / "deploy" / "overlays" / overlay, namespace) if d["kind"] != "Notebook"
+    ]
     create(cluster, documents)
     return documents
 
@@ -273,9 +275,15 @@ def test_the_notebook_controller_owns_a_statefulset_and_service_and_mirrors_the_
     sts = read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)
     assert sts is not None
     assert sts["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
-    service = admin_api.sanitize_for_serialization(client.CoreV1Api(admin_api).read_namespaced_service(NOTEBOOK, kube_ns))
+    service = admin_api.sanitize_for_serialization(
+        client.CoreV1Api(admin_api).read_namespaced_service(NOTEBOOK, kube_ns)
+    )
     assert service["spec"]["ports"][0]["name"] == f"http-{NOTEBOOK}"
-    status = wait_for(lambda: (s := notebook(admin_api, kube_ns).get("status") or {}).get("readyReplicas") == 1 and s, 30, "readyReplicas 1")
+    status = wait_for(
+        lambda: (s := notebook(admin_api, kube_ns).get("status") or {}).get("readyReplicas") == 1 and s,
+        30,
+        "readyReplicas 1",
+    )
     assert "running" in status["containerState"], status  # the container named like the Notebook
     assert [c["type"] for c in status["conditions"]] == [c["type"] for c in pod["status"]["conditions"]]
 
@@ -288,8 +296,16 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
 ) -> None:
     counter = Counter(cluster, "notebooks")
     # First a pod of the right name that no Notebook owns (no notebook-name label).
-    cluster.kubectl("run", POD, "-n", kube_ns, "--image=x:1", "--restart=Never", "--labels=app=notebook",
-                    "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}))
+    cluster.kubectl(
+        "run",
+        POD,
+        "-n",
+        kube_ns,
+        "--image=x:1",
+        "--restart=Never",
+        "--labels=app=notebook",
+        "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}),
+    )
     lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
     sidecar = notebook_sidecar(cluster, kube_ns, lone, tmp_path / "lone")
     try:
@@ -347,7 +363,9 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
         annotation = notebook(admin_api, kube_ns)["metadata"]["annotations"][STOPPED_ANNOTATION]
         assert annotation == stopped["requested_at"]
         assert before - 1 <= epoch(annotation) <= time.time() + 1
-        wait_for(lambda: read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)["spec"]["replicas"] == 0, 30, "0 replicas")
+        wait_for(
+            lambda: read(admin_api, "v1", "statefulsets", kube_ns, NOTEBOOK)["spec"]["replicas"] == 0, 30, "0 replicas"
+        )
         wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD) is None, 60, f"{POD} gone")
         again = run(sidecar.client.stop_workload())
         assert again["already_stopped"] is True
@@ -434,13 +452,28 @@ def test_the_overlays_sidecar_role_denies_the_neighbour_workspace_and_a_scale(
         return 200
 
     try:
-        assert status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", WORKSPACE)) == 200
-        assert status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", "neighbour")) == 403
+        assert (
+            status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", WORKSPACE))
+            == 200
+        )
+        assert (
+            status_of(lambda: custom.get_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", "neighbour"))
+            == 403
+        )
         pause = {"spec": {"paused": True}}
-        assert status_of(lambda: custom.patch_namespaced_custom_object(GROUP, "v1beta1", kube_ns, "workspaces", "neighbour", pause)) == 403
+        assert (
+            status_of(
+                lambda: custom.patch_namespaced_custom_object(
+                    GROUP, "v1beta1", kube_ns, "workspaces", "neighbour", pause
+                )
+            )
+            == 403
+        )
         sts = pod["metadata"]["name"].removesuffix("-0")
         assert (WORKSPACE, sts) in workspaces.statefulsets_created
-        assert status_of(lambda: apps.patch_namespaced_stateful_set_scale(sts, kube_ns, {"spec": {"replicas": 0}})) == 403
+        assert (
+            status_of(lambda: apps.patch_namespaced_stateful_set_scale(sts, kube_ns, {"spec": {"replicas": 0}})) == 403
+        )
         assert status_of(lambda: client.CoreV1Api(api).list_namespaced_secret(kube_ns)) == 403
     finally:
         api.close()
@@ -684,8 +717,16 @@ def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(
     cluster: Cluster, kube_ns: str, admin_api: Any, tmp_path: Path
 ) -> None:
     deploy_overlay(cluster, "kubeflow-notebook", kube_ns)
-    cluster.kubectl("run", POD, "-n", kube_ns, "--image=x:1", "--restart=Never", "--labels=app=notebook",
-                    "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}))
+    cluster.kubectl(
+        "run",
+        POD,
+        "-n",
+        kube_ns,
+        "--image=x:1",
+        "--restart=Never",
+        "--labels=app=notebook",
+        "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}),
+    )
     lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
     recorded: list[str] = []
     ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
@@ -718,7 +759,9 @@ def test_item3_the_sidecar_reads_a_paused_workspaces_pause_time_in_either_unit(
     try:
         before = time.time()
         run(sidecar.client.stop_workload({"name": WORKSPACE}))
-        status = wait_for(lambda: (s := workspace(admin_api, kube_ns)["status"])["state"] == "Paused" and s, 60, "Paused")
+        status = wait_for(
+            lambda: (s := workspace(admin_api, kube_ns)["status"])["state"] == "Paused" and s, 60, "Paused"
+        )
         assert (status["pauseTime"] < 10**11) is workspaces.seconds_clock
         view = run(sidecar.client.workload())
         jsonschema.validate(view, WORKLOAD_VIEW_SCHEMA)
@@ -854,3 +897,37 @@ def test_item8_a_driver_below_570_is_reported_in_the_dry_run(gke_world: Any) -> 
     preflight = server.api("POST", "suspend", {"dry_run": True})
     notes = preflight["notes"]
     assert any(n.startswith("GPU memory will not be kept: the NVIDIA driver is 535.183.01") for n in notes), notes
+
+
+def test_a_forbidden_call_says_which_account_a_workspace_pod_runs_as(
+    cluster: Cluster, kube_ns: str, admin_api: Any, workspaces: WorkspaceController, tmp_path: Path
+) -> None:
+    """A Workspace the overlay does not bind (its pod runs as ws-other, the controller's account): the real
+    authorizer refuses the sidecar, and its advice says which account a Workspace pod runs as (it used to name only
+    jupyter-suspend-sidecar and deploy/base/role.yaml, which are not the identity or the Role on Kubeflow
+    Workspaces)."""
+    other = "other"
+    create(cluster, [workspace_object(other, kube_ns, workspaces.kind_name)])  # type: ignore[attr-defined]
+    status = wait_for(
+        lambda: (
+            (s := (read(admin_api, "v1beta1", "workspaces", kube_ns, other) or {}).get("status") or {}).get("state")
+            == "Running"
+            and s
+        ),
+        90,
+        "the other Workspace Running",
+    )
+    pod = running(admin_api, kube_ns, status["podTemplatePod"]["name"])
+    assert pod is not None
+    secret = token(cluster, kube_ns, f"ws-{other}", pod, outlives_pod=False)
+    sidecar = Sidecar(cluster, kube_ns, pod, tmp_path / "sidecar", ["--workload", "workspace"]).start(secret)
+    try:
+        code, body = sidecar.raw("GET", proto.PATH_WORKLOAD)
+        assert (code, body["error"]) == (502, proto.E_KUBE_FORBIDDEN), body
+        assert "the sidecar's Role does not allow 'get' on pods" in body["message"]
+        assert "on Kubeflow Workspaces the workspace's own ws-<workspace>" in body["next_step"]
+        assert "deploy/overlays/kubeflow-workspace" in body["next_step"]
+        # The identity itself stays in the sidecar's log (test_sidecar.py test_item4_api_errors_are_said_in_our_words).
+        assert f"system:serviceaccount:{kube_ns}" not in json.dumps(body)
+    finally:
+        sidecar.stop()
