@@ -1,14 +1,16 @@
 """Kubeflow's notebook controllers, simulated in Python against the real API server.
 
-Why simulated: the real controllers are Go programs in ``github.com/kubeflow/kubeflow/components/notebook-controller``
-and ``github.com/kubeflow/notebooks/workspaces/controller``; the Go module proxy of this machine answers 403 for both
-(platform-facts.md §6), so they cannot be built here. Everything else is real: the CRDs (tests/cluster/crds/), the
-StatefulSet controller, the garbage collector, the scheduler and kwok make and remove the pods; these controllers
-only do what the upstream reconcilers do, reading the objects from their own watches (as controller-runtime's cached
-client does) and writing through the API server.
+Why simulated: the real controllers are Go programs, and the Go module proxy of this machine does not serve them:
+``go list -m -versions github.com/kubeflow/kubeflow/components/notebook-controller@latest`` and the same for
+``github.com/kubeflow/notebooks/workspaces/controller`` answer "reading https://proxy.golang.org/.../@v/list: 403
+Forbidden: This module version is not available" (tried 2026-12-04). Everything else is real: the CRDs
+(tests/cluster/crds/), the StatefulSet controller, the garbage collector, the scheduler and kwok make and remove the
+pods; these controllers only do what the upstream reconcilers do, reading the objects from their own watches (as
+controller-runtime's cached client does) and writing through the API server.
 
-Each behaviour is from the public source (``fetch`` of github:kubeflow/notebooks; kubeflow/kubeflow's
-components/ moved there, branch ``notebooks-v1``):
+Each behaviour is from the public source (``fetch`` of github:kubeflow/notebooks, branches ``notebooks-v1`` and
+``notebooks-v2``; github:kubeflow/kubeflow's snapshot no longer holds ``components/``, the notebook controller lives
+on in kubeflow/notebooks ``notebooks-v1``):
 
 Notebooks v1, ``notebooks-v1:components/notebook-controller/controllers/notebook_controller.go``:
 - ``generateStatefulSet``: a StatefulSet named like the Notebook, controller-owned by it, ``replicas`` 0 while the
@@ -22,7 +24,9 @@ Notebooks v1, ``notebooks-v1:components/notebook-controller/controllers/notebook
 - ``createNotebookStatus``: ``readyReplicas`` from the StatefulSet's status; ``containerState`` from the pod
   ``<name>-0``'s container *named like the Notebook* (no such container: left empty); ``conditions`` the pod's
   conditions in the pod's order (``PodCondToNotebookCond``). Written with ``Status().Update``.
-- Not simulated: the Istio VirtualService (``USE_ISTIO``), the culling controller, Events re-queueing.
+- Not simulated: the Istio VirtualService (``USE_ISTIO``), the culling controller, Events re-queueing, and a quirk
+  of ``createNotebookStatus``: a container state equal to the one already recorded is skipped (``continue``), so
+  upstream writes an empty ``containerState`` on such a reconcile; here it stays (jupyter_suspend never reads it).
 
 Workspaces, ``notebooks-v2:workspaces/controller/internal/controller/workspace_controller.go``:
 - An unknown WorkspaceKind (``spec.kind``) -> state Error, "Workspace references unknown WorkspaceKind: <kind>";
