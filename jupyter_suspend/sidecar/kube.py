@@ -466,9 +466,15 @@ class PodSnapshots:
                 proto.E_KUBE_FORBIDDEN,
                 f"the sidecar's Role does not allow '{verb}' on {resource} in namespace {self.namespace} "
                 "(or an admission webhook refused it; the sidecar's log has the API server's answer at DEBUG)",
+                # The identity is the pod's own service account, which differs by platform: on Kubeflow
+                # Workspaces it is the controller's ws-<workspace> (kubeflow/notebooks notebooks-v2
+                # workspace_controller.go generateServiceAccountName), bound by deploy/overlays/kubeflow-workspace.
+                # Named generically: the identity itself stays in the log (see above).
                 next_step="apply deploy/base/role.yaml (or your overlay's Role and RoleBinding "
-                "jupyter-suspend-sidecar, with this pod's and its policy's names in resourceNames) in this "
-                "namespace; kubectl auth can-i --as=system:serviceaccount:<namespace>:jupyter-suspend-sidecar "
+                "jupyter-suspend-sidecar, with this pod's, its policy's or its owner's names in resourceNames) "
+                "in this namespace, bound to the pod's service account (jupyter-suspend-sidecar; on Kubeflow "
+                "Workspaces the workspace's own ws-<workspace>, deploy/overlays/kubeflow-workspace); "
+                "kubectl auth can-i --list --as=system:serviceaccount:<namespace>:<that account> "
                 "shows what it may do",
             )
         if status == 401:
