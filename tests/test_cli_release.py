@@ -178,6 +178,25 @@ def test_watch_logs_two_503s_and_goes_on(releaser_behind_proxy: tuple[FaultProxy
     assert not [c for c in proxy.calls if c.verb not in ("list", "get")]  # nothing written
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("code", [503, 429])
+def test_watch_logs_answers_with_retry_after_itself_and_waits_as_long_as_told(
+    releaser_behind_proxy: tuple[FaultProxy, str], code: int
+) -> None:
+    """A 503 or 429 with ``Retry-After`` (as kube-apiserver's priority-and-fairness filter answers a throttled
+    request): the kubernetes client's urllib3 would retry it by itself, unseen, when the CLI sets no ``retries``
+    (urllib3 Retry.DEFAULT honours Retry-After on 413/429/503). The watch's own policy acts instead: each
+    answer said on stderr, and the next round waits at least the delay the server asked for."""
+    proxy, kubeconfig = releaser_behind_proxy
+    proxy.fail("GET", r"/statefulsets$", code, times=2, retry_after=1)
+    _, err = watch_until(proxy, kubeconfig, rounds=2)
+    assert err.count("API error: ") == 2, err
+    assert f": {code} " in err, err
+    assert "retrying in 1s" in err, err  # the server's 1 s ...
+    assert "retrying in 2s" in err, err  # ... then growing from it
+    assert statefulset_lists(proxy)[:3] == ["fail", "fail", None], proxy.calls
+
+
 # --- (6) bad arguments ------------------------------------------------------------------------------------------
 
 
