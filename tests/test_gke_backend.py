@@ -52,7 +52,7 @@ from tests.cluster.notebook import (
     sidecar_args,
     wait_for,
 )
-from tests.gke_helpers import GKEServer, PodFiles, no_kube_credentials
+from tests.gke_server import GKEServer, PodFiles, no_kube_credentials
 from tests.servers import free_port
 
 pytestmark = pytest.mark.slow

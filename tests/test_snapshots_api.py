@@ -29,7 +29,7 @@ from tests.cluster.control_plane import Cluster
 from tests.cluster.faults import FaultProxy
 from tests.cluster.gke import GKESnapshotController
 from tests.cluster.notebook import RealSidecar, bound_token, get, wait_for
-from tests.gke_helpers import GKEServer
+from tests.gke_server import GKEServer
 from tests.test_gke_backend import POD, POLICY, SIDECAR_ACCOUNT, Notebook, start_notebook, stop_notebook
 
 from .conftest import API, SuspendClient
