@@ -2,13 +2,14 @@
 bad arguments refused before any API call (a kubeconfig pointing at a port that counts connections: none is made).
 
 Against the real control plane, as deploy/releaser's ServiceAccount: tests/test_cluster_release.py (and
-tests/test_cluster_gke.py, tests/test_cluster_faults.py). Still on the loopback API server (tests/kubeapi/), one
-injected fault a real API server does not make on demand: ``--watch`` meeting two 503s (logged, retried); it uses
-only the loopback server itself (tests/kubeapi/server.py), none of its simulated controllers.
+tests/test_cluster_gke.py, tests/test_cluster_faults.py), and here the faults a real API server does not make on
+demand: ``--watch`` meeting 503s and 429s (with and without ``Retry-After``), injected by tests/cluster/faults.py's
+proxy in front of the real API server (the releaser's token, judged by the real RBAC authorizer).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess as sp
@@ -20,18 +21,15 @@ from typing import Any
 import pytest
 
 from jupyter_suspend.cli.release import DEFAULT_SELECTOR, ReleaseKube, decide
-from tests.cli_helpers import output_schema, run_cli, validate_output, write_kubeconfig
+from tests.cli_helpers import output_schema, run_cli, validate_output
 from tests.cluster.calls import ConnectionCounter
-from tests.kubeapi import KubeAPI
-from tests.kubeapi.server import wait_until
+from tests.cluster.control_plane import Cluster
+from tests.cluster.faults import FaultProxy
+from tests.cluster.fixtures import token_kubeconfig
+from tests.cluster.notebook import REPO, create, notebook_statefulset, render, wait_for
 
 LABEL_KEY, LABEL_VALUE = DEFAULT_SELECTOR.split("=")
-GKE = "podsnapshot.gke.io/v1"
-
-
-@pytest.fixture
-def kubeconfig(kube_api: KubeAPI, tmp_path: Path) -> str:
-    return write_kubeconfig(kube_api, tmp_path)
+RELEASER = "jupyter-suspend-releaser"
 
 
 def notebook_set(name: str, labelled: bool = True, replicas: int = 1) -> dict[str, Any]:
@@ -110,44 +108,93 @@ def test_the_scale_carries_the_resource_version_read_as_its_precondition() -> No
     assert opts["_content_type"] == "application/merge-patch+json"
 
 
-# --- --watch meeting 503s (an injected fault: loopback) --------------------------------------------------------
+# --- --watch meeting 503s: the real control plane, the faults from tests/cluster/faults.py's proxy ------------------
 
 
-@pytest.mark.slow
-def test_watch_logs_two_503s_and_goes_on(kube_api: KubeAPI, kubeconfig: str) -> None:
-    """Only the injected 503s (said on stderr, retried with a growing delay, the watch goes on); releasing, the
-    unlabelled StatefulSet left alone and SIGTERM run against the real control plane (tests/test_cluster_release.py)."""
-    kube_api.create(notebook_set("env-a", replicas=0))
-    kube_api.fail_next("list", "statefulsets", 503, times=2)  # the API falters at first: logged, retried
+@pytest.fixture
+def releaser_behind_proxy(cluster: Cluster, kube_ns: str, tmp_path: Path) -> Iterator[tuple[FaultProxy, str]]:
+    """deploy/releaser applied in the namespace, one labelled StatefulSet (no pod: nothing to release), and a
+    kubeconfig with a token of the releaser's ServiceAccount whose server is the fault proxy."""
+    create(cluster, render(cluster, REPO / "deploy" / "releaser", kube_ns))
+    labels = {LABEL_KEY: LABEL_VALUE}
+    create(cluster, [notebook_statefulset("env-a", kube_ns, replicas=0, gpus=0, labels=labels)])
+    token = cluster.kubectl("create", "token", RELEASER, "-n", kube_ns).strip()
+    path = token_kubeconfig(cluster, tmp_path / "releaser.kubeconfig", token, kube_ns)
+    with FaultProxy(cluster) as proxy:
+        config = json.loads(path.read_text())
+        config["clusters"][0]["cluster"]["server"] = proxy.server
+        path.write_text(json.dumps(config))
+        yield proxy, str(path)
+
+
+def watch_until(proxy: FaultProxy, kubeconfig: str, rounds: int) -> tuple[str, str]:
+    """``release --watch`` until ``rounds`` rounds got through (each lists the pods and the snapshots after the
+    StatefulSets), then SIGTERM; (stdout, stderr)."""
     jupyter = Path(sys.executable).parent / "jupyter"
     proc = sp.Popen(
-        [
-            str(jupyter),
-            *("suspend", "release", "--watch", "-n", "default", "--poll-interval=0.2"),
-            f"--kubeconfig={kubeconfig}",
-        ],
+        [str(jupyter), "suspend", "release", "--watch", "--poll-interval=0.2", f"--kubeconfig={kubeconfig}"],
         stdout=sp.PIPE,
         stderr=sp.PIPE,
         text=True,
         env={**os.environ},
     )
     try:
-        # two refused rounds, then rounds that get through (each lists the pods and snapshots too)
-        wait_until(lambda: len(kube_api.calls_matching("list", "podsnapshots")) >= 2, timeout=30)
+        wait_for(
+            lambda: len([c for c in proxy.calls if (c.resource, c.verb) == ("podsnapshots", "list")]) >= rounds,
+            60,
+            f"{rounds} rounds of the watch",
+        )
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith(f"watching StatefulSets with {DEFAULT_SELECTOR} in default")
-    assert lines[-1] == "stopped"
+    assert lines[0].startswith(f"watching StatefulSets with {DEFAULT_SELECTOR} in "), out
+    assert lines[-1] == "stopped", out
+    return out, err
+
+
+def statefulset_lists(proxy: FaultProxy) -> list[str | None]:
+    """How each list of StatefulSets was answered: the injected fault or the real API server (None)."""
+    return [c.injected for c in proxy.calls if (c.resource, c.verb) == ("statefulsets", "list")]
+
+
+@pytest.mark.cluster
+def test_watch_logs_two_503s_and_goes_on(releaser_behind_proxy: tuple[FaultProxy, str]) -> None:
+    """Two 503s on the list of StatefulSets: each said on stderr, retried with a growing delay, the watch goes
+    on (and its Role let every call through: the real authorizer refused nothing)."""
+    proxy, kubeconfig = releaser_behind_proxy
+    proxy.fail("GET", r"/statefulsets$", 503, times=2)
+    _, err = watch_until(proxy, kubeconfig, rounds=2)
     assert err.count("API error: ") == err.count(": 503 Service Unavailable; retrying in ") == 2, err
-    assert "retrying in 0.4s" in err  # the delay grows
-    assert len(kube_api.calls_matching("list", "statefulsets")) >= 4
-    assert not kube_api.calls_matching("patch")
+    assert "retrying in 0.4s" in err, err
+    assert "retrying in 0.8s" in err, err  # the delay grows
+    # Each 503 was a round of the watch's own (no hidden retry in between), then rounds that got through.
+    assert statefulset_lists(proxy)[:3] == ["fail", "fail", None], proxy.calls
+    assert proxy.rejected() == []
+    assert not [c for c in proxy.calls if c.verb not in ("list", "get")]  # nothing written
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("code", [503, 429])
+def test_watch_logs_answers_with_retry_after_itself_and_waits_as_long_as_told(
+    releaser_behind_proxy: tuple[FaultProxy, str], code: int
+) -> None:
+    """A 503 or 429 with ``Retry-After`` (as kube-apiserver's priority-and-fairness filter answers a throttled
+    request): the kubernetes client's urllib3 would retry it by itself, unseen, when the CLI sets no ``retries``
+    (urllib3 Retry.DEFAULT honours Retry-After on 413/429/503). The watch's own policy acts instead: each
+    answer said on stderr, and the next round waits at least the delay the server asked for."""
+    proxy, kubeconfig = releaser_behind_proxy
+    proxy.fail("GET", r"/statefulsets$", code, times=2, retry_after=1)
+    _, err = watch_until(proxy, kubeconfig, rounds=2)
+    assert err.count("API error: ") == 2, err
+    assert f": {code} " in err, err
+    assert "retrying in 1s" in err, err  # the server's 1 s ...
+    assert "retrying in 2s" in err, err  # ... then growing from it
+    assert statefulset_lists(proxy)[:3] == ["fail", "fail", None], proxy.calls
 
 
 # --- (6) bad arguments ------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ running), then live returns (each one in the pod the real StatefulSet controller
 one), then the silent cold start (a new server process with the old journal, the StatefulSet's template
 changed so GKE finds no compatible snapshot). Pure tests of the in-pod signals and the cold-start reading
 follow; the two item-8 tests have a notebook each. The one check that needs an injected fault (a 500 on one
-read of the trigger) stays on the loopback API server, at the end (tests/cluster/faults.py will replace it).
+read of the trigger) has its own notebook whose sidecar reaches the API server through tests/cluster/faults.py's
+proxy.
 
 What the tests play that a real pod would do by itself: the server and the sidecar run on, outside any pod;
 "the process returns in the new pod" is the test writing the new pod's uid into the downward-API file (or the
@@ -40,6 +41,7 @@ from jupyter_suspend.server.pod_return import PodIdentity, PodSignals, parse_env
 from jupyter_suspend.server.sidecar_client import SidecarClient
 from jupyter_suspend.server.states import State
 from tests.cluster.control_plane import Cluster
+from tests.cluster.faults import FaultProxy
 from tests.cluster.gke import GKESnapshotController
 from tests.cluster.notebook import (
     RealSidecar,
@@ -50,7 +52,7 @@ from tests.cluster.notebook import (
     sidecar_args,
     wait_for,
 )
-from tests.gke_helpers import GKEServer, PodFiles, no_kube_credentials
+from tests.gke_server import GKEServer, PodFiles, no_kube_credentials
 from tests.servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -133,14 +135,17 @@ class Notebook:
 
 
 def start_notebook(
-    cluster: Cluster, namespace: str, directory: Path, hold: bool = True, **gke: float
+    cluster: Cluster, namespace: str, directory: Path, hold: bool = True, api_port: int | None = None, **gke: float
 ) -> tuple[Notebook, ClusterGKEServer]:
+    """``api_port``: the sidecar reaches the API server there (tests/cluster/faults.py's proxy)."""
     current = deploy_base(cluster, namespace)
     # upload_seconds: long enough for kwok to show the checkpointed pod Succeeded before the snapshot is Ready.
     controller = GKESnapshotController(
         cluster, namespace, **{"checkpoint_seconds": 0.1, "upload_seconds": 1.0, **gke}
     ).start()
-    sidecar = RealSidecar(cluster, namespace, current, directory / "sidecar", sidecar_args(cluster, namespace))
+    sidecar = RealSidecar(
+        cluster, namespace, current, directory / "sidecar", sidecar_args(cluster, namespace), api_port=api_port
+    )
     try:
         sidecar.start(bound_token(cluster, namespace, SIDECAR_ACCOUNT, current))
         files = PodFiles(directory / "podinfo")
@@ -864,44 +869,41 @@ def test_item8_a_pod_started_while_its_predecessors_snapshot_uploads_writes_noth
         stop_notebook(notebook, second)
 
 
-# -- a fault the real API server does not make on demand (loopback, until tests/cluster/faults.py) -------------------
+# -- a fault the real API server does not make on demand: tests/cluster/faults.py's proxy in front of it ----------
 
 
-def test_a_failed_read_of_the_trigger_is_retried_and_the_suspend_goes_on(tmp_path: Path) -> None:
+@pytest.mark.cluster
+def test_a_failed_read_of_the_trigger_is_retried_and_the_suspend_goes_on(
+    cluster: Cluster, kube_ns: str, tmp_path: Path
+) -> None:
     """One 500 on the sidecar's read of the trigger while the server follows the snapshot: the follow retries
-    and the pod returns live. Stays on the loopback API server (tests/kubeapi): the real one cannot be made to
-    fail exactly one GET (webhooks see no reads)."""
-    from tests.gke_helpers import OwnTokenSidecar, new_pod
-    from tests.kubeapi import KubeAPI
-    from tests.kubeapi.gke import GKESnapshotController as LoopbackGKE
-    from tests.sidecar_helpers import installed_policy, make_pod, make_storage_config
-
-    with KubeAPI() as kube:
-        LoopbackGKE(kube, checkpoint_seconds=0.1, upload_seconds=0.3).attach()
-        make_storage_config(kube)
-        kube.create(installed_policy())
-        uid = make_pod(kube)
-        files = PodFiles(tmp_path / "podinfo")
-        files.reset(uid)
-        sidecar = OwnTokenSidecar(kube, tmp_path / "sidecar", ["--policy-mode", "require", "--policy-name", POLICY],
-                                  pod_uid=uid)  # fmt: skip
-        sidecar.start()
-        server = GKEServer(tmp_path, tmp_path / "state", sidecar, files, uid)
+    and the pod returns live. The sidecar reaches the real API server through the fault proxy, which answers that
+    one GET itself (the real server cannot be made to fail exactly one read: webhooks see no reads)."""
+    with FaultProxy(cluster) as proxy:
+        notebook, server = start_notebook(cluster, kube_ns, tmp_path, api_port=proxy.port)
         try:
             server.start()
             seq = server.last_seq()
-            kube.fail_next("get", "podsnapshotmanualtriggers", 500)
+            rule = proxy.fail("GET", r"/podsnapshotmanualtriggers/[^/]+$", 500)
             server.api("POST", "suspend", {"reason": "lunch"}, expect=202)
-            server.wait_journal("gke_snapshot_ready", after=seq)
-            server.wait_journal("gke_pod_stopped", after=seq)
-            # The injected 500 was met (the follow said it retries) and the suspend went on.
-            assert "following the snapshot" in server.log_path.read_text()
-            assert "(retrying)" in server.log_path.read_text()
-            new_uid = new_pod(kube)
-            files.new_pod(new_uid)
-            server.wait(lambda s: s["state"] == "ready", timeout=30)
+            server.wait_journal("gke_snapshot_ready", after=seq, timeout=60)
+            server.wait_journal("gke_pod_stopped", after=seq, timeout=60)
+            # The injected 500 was met (by a read of the trigger: the proxy answered it) and the follow said it
+            # retries; the suspend went on and the next reads reached the real API server.
+            assert rule.matched == 1, rule
+            failed = [c for c in proxy.calls if c.injected == "fail"]
+            assert [(c.resource, c.verb, c.status) for c in failed] == [("podsnapshotmanualtriggers", "get", 500)]
+            assert any(
+                c.resource == "podsnapshotmanualtriggers" and c.verb == "get" and c.injected is None
+                and c.status == 200 for c in proxy.calls
+            ), proxy.calls  # fmt: skip
+            log = server.log_path.read_text()
+            assert "following the snapshot" in log
+            assert "(retrying)" in log
+            new_uid = notebook.replaced(hold=False)
+            notebook.files.new_pod(new_uid)
+            server.wait(lambda s: s["state"] == "ready", timeout=60)
             assert server.wait_journal("gke_returned", after=seq)["new_pod_uid"] == new_uid
+            assert proxy.rejected() == []  # the real authorizer refused the sidecar nothing
         finally:
-            server.stop()
-            sidecar.stop()
-        assert not kube.controller_errors, kube.controller_errors
+            stop_notebook(notebook, server)

@@ -51,6 +51,11 @@ class KubeCommandApp(CommandApp):
     _api: client.ApiClient | None = None
     _resolved_namespace = ""
 
+    def url_retries(self) -> Any:
+        """urllib3's retry policy for the API client; ``None`` keeps the kubernetes client's default (urllib3's
+        ``Retry.DEFAULT``, which also retries 413/429/503 answers carrying ``Retry-After`` by itself, unseen)."""
+        return None
+
     def api_client(self) -> client.ApiClient:
         """The API client (made once); a ``UsageError`` when no credentials can be found."""
         if self._api is None:
@@ -60,6 +65,7 @@ class KubeCommandApp(CommandApp):
                 token_file=self.token_file,
                 ca_file=self.ca_file,
                 namespace_file=self.namespace_file,
+                retries=self.url_retries(),
             )
         return self._api
 
@@ -75,9 +81,16 @@ class KubeCommandApp(CommandApp):
 
 
 def connect(
-    *, kubeconfig: str = "", context: str = "", token_file: str, ca_file: str, namespace_file: str
+    *,
+    kubeconfig: str = "",
+    context: str = "",
+    token_file: str,
+    ca_file: str,
+    namespace_file: str,
+    retries: Any = None,
 ) -> tuple[client.ApiClient, str]:
-    """An API client and the default namespace of the credentials found."""
+    """An API client and the default namespace of the credentials found; ``retries``: urllib3's retry policy
+    (kubernetes.client.Configuration.retries; ``None``: the client's default)."""
     try:
         from kubernetes import client, config
         from kubernetes.config.incluster_config import InClusterConfigLoader
@@ -98,6 +111,8 @@ def connect(
         except config.ConfigException as exc:
             raise UsageError(f"kubeconfig {path}: {exc}") from None
         namespace = str((active or {}).get("context", {}).get("namespace") or "default")
+        if retries is not None:
+            configuration.retries = retries
         return client.ApiClient(configuration), namespace
     if kubeconfig:
         raise UsageError(f"kubeconfig {kubeconfig} does not exist")
@@ -110,6 +125,8 @@ def connect(
             namespace = Path(namespace_file).read_text().strip() or "default"
         except OSError:
             namespace = "default"
+        if retries is not None:
+            configuration.retries = retries
         return client.ApiClient(configuration), namespace
     raise NoCredentials(NO_CREDENTIALS)
 

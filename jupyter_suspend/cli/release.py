@@ -521,11 +521,23 @@ class Watcher:
             except Exception as exc:
                 if not api_error(exc) and not isinstance(exc, RuntimeError):
                     raise
-                delay = min(self.max_backoff, max(delay * 2, self.poll_interval))
+                # Never sooner than the server asked (its Retry-After), however small our own delay still is.
+                delay = max(min(self.max_backoff, max(delay * 2, self.poll_interval)), retry_after(exc))
                 print(f"API error: {exc.__class__.__name__}: {_short(exc)}; retrying in {delay:g}s", file=sys.stderr)
                 sys.stderr.flush()
             self.stopping.wait(delay)
         self.say("stopped")
+
+
+def retry_after(exc: BaseException) -> float:
+    """The delay an error answer asks for in seconds (its ``Retry-After`` header, which kube-apiserver writes
+    as whole seconds: k8s.io/apiserver pkg/endpoints/handlers/responsewriters/writers.go), 0 when none."""
+    headers = getattr(exc, "headers", None)
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0  # an HTTP date: kube-apiserver does not write one (unverified for proxies in between)
 
 
 def _short(exc: BaseException) -> str:
@@ -596,6 +608,20 @@ class ReleaseApp(KubeCommandApp):
 
     def kube(self) -> ReleaseKube:
         return ReleaseKube(self.api_client(), self.target_namespace(), default_timeout=10.0)
+
+    def url_retries(self) -> Any:
+        """``--watch`` retries by itself and says so: urllib3 may retry only what got no answer (a refused
+        connection, a read error), never an answer. Otherwise urllib3's default ``Retry`` retries a 429/503 with
+        ``Retry-After`` (kube-apiserver's answer to a throttled request: k8s.io/apiserver pkg/server/filters/
+        priority-and-fairness.go and maxinflight.go, ``tooManyRequests``) unseen, and the
+        watch's own log and backoff never hear of it (urllib3 src/urllib3/util/retry.py, ``is_retry``:
+        ``respect_retry_after_header`` and ``RETRY_AFTER_STATUS_CODES``; kubernetes-client/python
+        kubernetes/client/rest.py passes ``Configuration.retries`` to the pool manager)."""
+        if not self.watch:
+            return None
+        from urllib3.util.retry import Retry
+
+        return Retry(total=3, status=0, respect_retry_after_header=False)
 
     def run(self) -> int:
         request = self.check()
