@@ -1,4 +1,4 @@
-"""Running ``jupyter suspend`` commands in tests, against the loopback Kubernetes API (tests/kubeapi).
+"""Running ``jupyter suspend`` commands in tests (against the real control plane of tests/cluster/, or none).
 
 * :func:`run_cli` runs one command in this process (fast) or, with ``subprocess=True``, as the real installed
   ``jupyter suspend`` executable; either way the result has the exit code, stdout, stderr and the ``--json`` answer.
@@ -22,8 +22,6 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from tests.kubeapi import KubeAPI
-
 
 @dataclasses.dataclass
 class CliResult:
@@ -33,10 +31,6 @@ class CliResult:
 
     def json(self) -> Any:
         return json.loads(self.stdout)
-
-
-def write_kubeconfig(kube: KubeAPI, directory: Path, namespace: str = "default") -> str:
-    return kube.kubeconfig(Path(directory) / "kubeconfig", namespace=namespace)
 
 
 def run_cli(

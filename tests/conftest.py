@@ -270,18 +270,3 @@ _p.register_handler("probe", _probe)
 
 def checkpoint_handler_code(delay: float = 0.0, fail: str = "") -> str:
     return REGISTER_CHECKPOINT_HANDLER.format(delay=delay, fail=fail)
-
-
-# --- a Kubernetes API server of our own on loopback (tests/kubeapi) -------------------------------------------------
-from collections.abc import Iterator  # noqa: E402 - kept with the fixture that needs it
-
-from tests.kubeapi import KubeAPI  # noqa: E402
-
-
-@pytest.fixture
-def kube_api() -> Iterator[KubeAPI]:
-    """A started KubeAPI (HTTPS on 127.0.0.1, bearer token), stopped after the test; a controller that raised
-    fails the test at teardown."""
-    with KubeAPI() as kube:
-        yield kube
-        assert not kube.controller_errors, f"simulated controllers raised: {kube.controller_errors!r}"

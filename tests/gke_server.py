@@ -3,8 +3,7 @@
 (tests/servers.ServerProcess) on the gke backend, with the downward-API environment (``POD_UID``...), a
 downward-API uid file and a ``spec_environ`` file the test writes to play the new pod, and a clock seam:
 :class:`ClockSeamGKEBackend` adds the seconds written in a file to the wall clock (a frozen-and-restored process
-sees exactly that: wall time moved on, monotonic time did not). Used on the real control plane and (through
-tests/gke_helpers.py, which re-exports it) on the loopback API server.
+sees exactly that: wall time moved on, monotonic time did not). Used on the real control plane (tests/cluster/).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ NAMESPACE = "team-a"
 
 
 class SidecarAddress(Protocol):
-    """Where the server reaches its sidecar (tests/sidecar_helpers.Sidecar, tests/cluster/notebook.RealSidecar)."""
+    """Where the server reaches its sidecar (tests/cluster/notebook.RealSidecar)."""
 
     socket_path: str
     secret_path: str

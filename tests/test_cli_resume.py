@@ -2,7 +2,7 @@
 arguments refused before any API call (a kubeconfig pointing at a port that counts connections: none is made).
 
 Against the real control plane: tests/test_cluster_resume.py (and the busy-cluster trial,
-tests/test_cluster_capacity.py). Nothing here uses the loopback API server (tests/kubeapi/).
+tests/test_cluster_capacity.py). Nothing here talks to an API server.
 """
 
 from __future__ import annotations

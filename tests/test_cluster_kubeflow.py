@@ -35,6 +35,7 @@ from jupyter_suspend.server.backends.gke_workspaces import WHEN_RESTORED, GKEWor
 from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend
 from jupyter_suspend.server.states import FlushFailed
 from tests.cluster.control_plane import Cluster
+from tests.cluster.faults import FaultProxy
 from tests.cluster.fixtures import service_account_token
 from tests.cluster.kubeflow import (
     GROUP,
@@ -745,6 +746,44 @@ def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(
         assert recorded == []
     finally:
         sidecar.stop()
+
+
+def test_a_stop_the_api_fails_is_read_again_and_aborts_when_nothing_stopped(
+    cluster: Cluster, kube_ns: str, admin_api: Any, notebooks: NotebookController, tmp_path: Path
+) -> None:
+    """The sidecar's PATCH of its Notebook answered 503 (by the fault proxy in front of the real API server: a real
+    one cannot be made to fail exactly one write with a 5xx; an admission policy gives only 4xx): the stop is read
+    again before it is reported, and the suspend aborts with nothing released — the Notebook not stopped, the pod
+    the real StatefulSet controller made still running."""
+    pod = start_notebook(cluster, admin_api, kube_ns)
+    recorded: list[str] = []
+    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
+    with FaultProxy(cluster) as proxy:
+        secret = token(cluster, kube_ns, "jupyter-suspend-sidecar", pod, outlives_pod=False)
+        sidecar = Sidecar(
+            cluster, kube_ns, pod, tmp_path / "sidecar", ["--workload", "notebook"], api_port=proxy.port
+        ).start(secret)
+        try:
+            backend = KubeflowNotebookBackend(sidecar_socket=sidecar.socket_path, sidecar_secret=sidecar.secret_path)
+            rule = proxy.fail("PATCH", rf"/namespaces/{kube_ns}/notebooks/{NOTEBOOK}$", 503)
+            with pytest.raises(FlushFailed, match="Nothing was released") as failed:
+                run(backend.release(ctx))
+            assert "503" in failed.value.reason
+            assert rule.matched == 1, rule
+            # Read (the backend), read and patch (the stop), and after the failed patch read again before saying so;
+            # the reads reached the real API server.
+            calls = [c for c in proxy.calls if c.resource == "notebooks"]
+            assert [c.verb for c in calls] == ["get", "get", "patch", "get"], calls
+            assert [c.status for c in calls if c.verb == "get"] == [200, 200, 200], calls
+            assert not proxy.rejected(), proxy.rejected()
+        finally:
+            sidecar.stop()
+    stored = notebook(admin_api, kube_ns)
+    assert STOPPED_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+    still = read(admin_api, "v1", "pods", kube_ns, POD)
+    assert still is not None
+    assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert recorded == []
 
 
 @pytest.mark.parametrize(

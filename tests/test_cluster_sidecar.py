@@ -4,7 +4,8 @@ the simulated GKE snapshot controller (tests/cluster/gke.py) watching the real A
 extension's :class:`SidecarClient` from the test. The sidecar talks to the API server through
 tests/cluster/faults.py's proxy: it records every call that passed (so "a refused request makes no API call" is read
 from the wire) and injects the few faults a real API server does not make on request (a 500 or 503 now, a slow
-answer). Moved from tests/test_sidecar.py, which ran the same checks against the loopback server tests/kubeapi."""
+answer). Moved from tests/test_sidecar.py, which ran the same checks against a loopback API server of ours
+(since removed)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """The Kubeflow backends in process: the cold-start reading, the sidecar's ``--workload`` flag, a backend with no
-sidecar, Workspace times in either unit, and one injected fault on the loopback API server (tests/kubeapi/).
-
-Everything that talks to Kubernetes is on the real control plane now: tests/test_cluster_kubeflow.py. What stays
-here on the loopback server is only what a real API server cannot be made to do: a 503 answer to one PATCH (the
-stop that the API fails is read again before it is reported, and aborts when nothing stopped).
+sidecar, Workspace times in either unit. Everything that talks to Kubernetes is on the real control plane:
+tests/test_cluster_kubeflow.py (an injected 503 on the Notebook's PATCH through tests/cluster/faults.py included).
 """
 
 from __future__ import annotations
@@ -23,27 +20,12 @@ from jupyter_suspend.server.backends.base import ColdStartVerdict, ReleaseContex
 from jupyter_suspend.server.backends.kubeflow import KubeflowNotebookBackend, KubeflowWorkspaceBackend
 from jupyter_suspend.server.states import FlushFailed, State
 from jupyter_suspend.sidecar.config import ConfigError, parse_config
-from tests.gke_helpers import OwnTokenSidecar
-from tests.kubeapi import KubeAPI
-from tests.sidecar_helpers import NAMESPACE, POD, make_pod
 
-NOTEBOOK = "notebook"  # its pod is notebook-0 (POD)
-NOTEBOOK_API = "kubeflow.org/v1"
-STOPPED_ANNOTATION = "kubeflow-resource-stopped"
+NAMESPACE = "team-a"
+POD = "notebook-0"
 WORKSPACE_POD = "ws-research-0"
 
 WORKLOAD_VIEW_SCHEMA = json.loads(files("jupyter_suspend.common.schemas").joinpath("sidecar-workload.json").read_text())
-
-
-class WorkloadSidecar(OwnTokenSidecar):
-    """The sidecar of a Kubeflow pod: ``--workload KIND``, POD_NAME the pod the controller made."""
-
-    def __init__(self, kube: KubeAPI, directory: Path, kind: str, pod: str):
-        super().__init__(kube, directory, ["--workload", kind], pod_uid="uid-at-start")
-        self.pod_name = pod
-
-    def env(self) -> dict[str, str]:
-        return {**super().env(), "POD_NAME": self.pod_name}
 
 
 def test_a_backend_without_a_sidecar_refuses_before_anything_is_released(tmp_path: Path) -> None:
@@ -92,38 +74,6 @@ def test_the_sidecars_workload_flag() -> None:
     # Without --workload the snapshot flags are still required.
     with pytest.raises(ConfigError, match="needs --policy-selector"):
         parse_config(["--pod-name", POD, "--pod-namespace", NAMESPACE], {})
-
-
-def test_a_stop_the_api_fails_is_read_again_and_aborts_when_nothing_stopped(tmp_path: Path) -> None:
-    recorded: list[str] = []
-    ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
-    with KubeAPI() as kube:
-        # The Notebook and the pod its controller made (no controller needed: nothing is stopped here).
-        kube.create(
-            {
-                "apiVersion": NOTEBOOK_API,
-                "kind": "Notebook",
-                "metadata": {"name": NOTEBOOK, "namespace": NAMESPACE},
-                "spec": {"template": {"spec": {"containers": [{"name": NOTEBOOK, "image": "jupyter-suspend:0.1.0"}]}}},
-                "status": {"readyReplicas": 1, "containerState": {}, "conditions": []},
-            }
-        )
-        make_pod(kube, POD, NAMESPACE, labels={"notebook-name": NOTEBOOK, "statefulset": NOTEBOOK})
-        sidecar = WorkloadSidecar(kube, tmp_path / "sidecar", "notebook", POD).start()
-        try:
-            backend = KubeflowNotebookBackend(sidecar_socket=sidecar.socket_path, sidecar_secret=sidecar.secret_path)
-            kube.fail_next("patch", "notebooks", 503)
-            with pytest.raises(FlushFailed, match="Nothing was released") as failed:
-                asyncio.run(backend.release(ctx))
-            assert "503" in failed.value.reason
-            # Read (the backend), read and patch (the stop), and after the failed patch read again before saying so.
-            assert [c.verb for c in kube.calls if c.resource == "notebooks"] == ["get", "get", "patch", "get"]
-            notebook = kube.get(NOTEBOOK_API, "notebooks", NAMESPACE, NOTEBOOK)
-            assert STOPPED_ANNOTATION not in (notebook["metadata"].get("annotations") or {})
-            assert kube.get("v1", "pods", NAMESPACE, POD) is not None
-            assert recorded == []
-        finally:
-            sidecar.stop()
 
 
 # -- issue 18 item 3: Workspace times in milliseconds (current Kubeflow) or seconds (the alpha branch) -------------
