@@ -169,7 +169,12 @@ def test_watch_logs_two_503s_and_goes_on(releaser_behind_proxy: tuple[FaultProxy
     proxy, kubeconfig = releaser_behind_proxy
     proxy.fail("GET", r"/statefulsets$", 503, times=2)
     _, err = watch_until(proxy, kubeconfig, rounds=2)
-    assert err.count("API error: ") == err.count(": 503 Service Unavailable; retrying in ") == 2, err
+    assert err.count(": 503 Service Unavailable; retrying in ") == 2, err
+    # Any other error line is the real API server's own throttling (API Priority and Fairness answers 429 on a
+    # loaded machine: a CI run met one), said and retried the same way, never hidden.
+    others = [line for line in err.splitlines() if line.startswith("API error: ") and ": 503 " not in line]
+    assert all(": 429 Too Many Requests; retrying in " in line for line in others), err
+    assert len(others) <= len([c for c in proxy.calls if c.injected is None and c.status == 429]), proxy.calls
     assert "retrying in 0.4s" in err, err
     assert "retrying in 0.8s" in err, err  # the delay grows
     # Each 503 was a round of the watch's own (no hidden retry in between), then rounds that got through.

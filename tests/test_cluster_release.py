@@ -167,6 +167,7 @@ def test_the_controllers_replacement_is_released_deleted_and_a_resume_is_not(
     replaced(cluster, kube_ns, "nb", uids["nb"])
     assert gke.stopped_pods == ["nb-0"]
 
+    generation = sts(cluster, kube_ns, "nb")["metadata"]["generation"]
     with recording() as calls:
         code, answer, stderr = release_json("nb", kubeconfig=releaser)
     assert code == 0, stderr
@@ -178,7 +179,10 @@ def test_the_controllers_replacement_is_released_deleted_and_a_resume_is_not(
     )
     assert answer["replicas"] == 0
     assert "replaced" in answer["message"]
-    assert scales(calls) == ["nb"]
+    # Scaled once: one change of the spec. (A scale refused with 409 because the controller wrote the set's status
+    # between the read and the write — its precondition — is read again and sent again: a CI run met one.)
+    assert set(scales(calls)) == {"nb"}
+    assert sts(cluster, kube_ns, "nb")["metadata"]["generation"] == generation + 1
     assert replicas(cluster, kube_ns, "nb") == 0
     wait_for(lambda: get(cluster, kube_ns, "pod", "nb-0") is None, 60, "the controller deleted the pod")
     assert sts(cluster, kube_ns, "nb")["metadata"]["annotations"][RELEASED_ANNOTATION] == snap
@@ -205,14 +209,17 @@ def test_the_controllers_replacement_is_released_deleted_and_a_resume_is_not(
 
 def test_a_running_pod_without_a_ready_snapshot_is_refused(cluster: Cluster, kube_ns: str, releaser: str) -> None:
     start(cluster, kube_ns, "nb")
-    before = sts(cluster, kube_ns, "nb")["metadata"]["resourceVersion"]
+    # The spec and the metadata the release would write (the controller keeps writing the status meanwhile).
+    before = sts(cluster, kube_ns, "nb")
+    before_view = (before["metadata"]["generation"], before["metadata"].get("annotations"), before["spec"])
     with recording() as calls:
         code, answer, _ = release_json("nb", kubeconfig=releaser)
     assert (code, answer["state"], answer["action"], answer["pod"]) == (1, "running", "none", "nb-0")
     assert "live session" in answer["message"]
     assert calls.writes() == []
     assert replicas(cluster, kube_ns, "nb") == 1
-    assert sts(cluster, kube_ns, "nb")["metadata"]["resourceVersion"] == before
+    after = sts(cluster, kube_ns, "nb")
+    assert (after["metadata"]["generation"], after["metadata"].get("annotations"), after["spec"]) == before_view
 
     text = run_cli("release", "nb", kubeconfig=releaser)
     assert text.code == 1

@@ -34,7 +34,7 @@ from jupyter_suspend.cli.resume import Request, lease_name, resume_environment, 
 from jupyter_suspend.cli.workloads import Kube
 from jupyter_suspend.common.workloads import PIN_SNAPSHOT_ANNOTATION
 from tests.cli_helpers import kube_client, run_cli, validate_output
-from tests.cluster.calls import recording
+from tests.cluster.calls import granted, recording
 from tests.cluster.control_plane import Cluster
 from tests.cluster.fixtures import token_kubeconfig
 from tests.cluster.gke import GKESnapshotController
@@ -826,6 +826,75 @@ def test_a_refused_identity_gets_one_line_and_exit_1_and_nothing_changes(
         assert f'User "system:serviceaccount:{kube_ns}:default" cannot get resource "statefulsets"' in line
     assert sts(cluster, kube_ns)["metadata"]["resourceVersion"] == before
     assert get(cluster, kube_ns, "lease", lease_name("statefulset", "nb")) is None
+
+
+#: docs/cli.md, "RBAC for the caller" of status and resume, as a Role: what the commands need, nothing more (the
+#: Kubeflow rule only where Notebooks or Workspaces are resumed).
+CALLER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "delete"]},
+    {"apiGroups": ["podsnapshot.gke.io"], "resources": ["podsnapshots"], "verbs": ["get", "list"]},
+]
+
+
+def test_the_documented_caller_role_is_enough_to_resume_and_nothing_more(
+    cluster: Cluster, kube_ns: str, tmp_path: Path, gke: GKESnapshotController
+) -> None:
+    """status and resume --wait (a pinned snapshot restored live) as a ServiceAccount holding exactly the caller
+    Role docs/cli.md documents, with a TokenRequest token: the real authorizer allows every call they make, and
+    each call is one the Role grants; the same identity on a neighbour namespace gets the real 403, on one line."""
+    statefulset(cluster, kube_ns)
+    snap = seed(gke, cluster, kube_ns)
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "jupyter-suspend-caller", "namespace": kube_ns},
+        "rules": CALLER_RULES,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "jupyter-suspend-caller", "namespace": kube_ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jupyter-suspend-caller"},
+        "subjects": [{"kind": "ServiceAccount", "name": "researcher", "namespace": kube_ns}],
+    }
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "researcher", "namespace": kube_ns}}
+    create(cluster, [account, role, binding])
+    token = cluster.kubectl("create", "token", "researcher", "-n", kube_ns).strip()
+    kubeconfig = str(token_kubeconfig(cluster, tmp_path / "researcher.kubeconfig", token, kube_ns))
+    wait_for(
+        lambda: cluster.kubectl(
+            "auth", "can-i", "patch", "statefulsets/scale", "-n", kube_ns,
+            f"--as=system:serviceaccount:{kube_ns}:researcher", check=False,
+        ).strip() == "yes",
+        30, "the RoleBinding in force",
+    )  # fmt: skip
+
+    with recording() as calls:
+        assert status_json("nb", kubeconfig)["state"] == "suspended"
+        code, answer, stderr = resume_json("nb", f"--snapshot={snap}", "--wait", *FAST, kubeconfig=kubeconfig)
+        assert code == 0, stderr
+        assert (answer["state"], answer["restore"]) == ("ready", "live"), answer
+        assert status_json("nb", kubeconfig)["state"] == "ready"
+    made = calls.triples()
+    assert made <= granted(CALLER_RULES), made - granted(CALLER_RULES)
+    assert ("apps", "statefulsets/scale", "patch") in made
+    assert ("coordination.k8s.io", "leases", "create") in made
+
+    neighbour = f"{kube_ns}-nb"[-63:]
+    cluster.kubectl("create", "namespace", neighbour)
+    try:
+        statefulset(cluster, neighbour)
+        done = run_cli("resume", "nb", "--namespace", neighbour, "--json", kubeconfig=kubeconfig)
+        assert done.code == 1, done.stderr
+        (line,) = [line for line in done.stderr.splitlines() if line.startswith("jupyter suspend resume: ")]
+        assert "403 Forbidden" in line
+        assert f'User "system:serviceaccount:{kube_ns}:researcher" cannot get resource "statefulsets"' in line
+        assert sts(cluster, neighbour)["spec"]["replicas"] == 0
+    finally:
+        cluster.kubectl("delete", "namespace", neighbour, "--wait=false", check=False)
 
 
 # --- ready live/cold from the notebook server's own status -------------------------------------------------------
