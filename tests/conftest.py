@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from jupyter_suspend.server.jupyter_environment import own_client
 from jupyter_suspend.server.openapi import check_answer
+from tests.cluster.calls import ConnectionCounter
 
 pytest_plugins = ["pytest_jupyter.jupyter_server", "tests.cluster.fixtures"]
 
@@ -270,3 +271,13 @@ _p.register_handler("probe", _probe)
 
 def checkpoint_handler_code(delay: float = 0.0, fail: str = "") -> str:
     return REGISTER_CHECKPOINT_HANDLER.format(delay=delay, fail=fail)
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path) -> Iterator[tuple[ConnectionCounter, str]]:
+    """A kubeconfig whose server only counts connections: a command that makes none made no API call."""
+    counter = ConnectionCounter()
+    try:
+        yield counter, counter.kubeconfig(tmp_path / "nowhere.kubeconfig")
+    finally:
+        counter.close()

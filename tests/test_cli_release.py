@@ -232,16 +232,6 @@ def test_bad_arguments_exit_2_without_an_api_call(
     assert counter.connections == 0
 
 
-@pytest.fixture
-def nowhere(tmp_path: Path) -> Iterator[tuple[ConnectionCounter, str]]:
-    """A kubeconfig whose server only counts connections."""
-    counter = ConnectionCounter()
-    try:
-        yield counter, counter.kubeconfig(tmp_path / "nowhere.kubeconfig")
-    finally:
-        counter.close()
-
-
 def test_no_answer_from_the_api_is_one_line_and_exit_1(nowhere: tuple[ConnectionCounter, str]) -> None:
     """The control for the test above (a valid release connects); and no answer is said in one line, exit 1."""
     counter, kubeconfig = nowhere

@@ -8,9 +8,7 @@ tests/test_cluster_capacity.py). Nothing here talks to an API server.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,16 +50,6 @@ def test_bad_arguments_exit_2_and_call_no_api(
     assert said in done.stderr
     assert done.stdout == ""
     assert counter.connections == 0
-
-
-@pytest.fixture
-def nowhere(tmp_path: Path) -> Iterator[tuple[ConnectionCounter, str]]:
-    """A kubeconfig whose server only counts connections."""
-    counter = ConnectionCounter()
-    try:
-        yield counter, counter.kubeconfig(tmp_path / "nowhere.kubeconfig")
-    finally:
-        counter.close()
 
 
 def test_no_answer_from_the_api_is_one_line_and_exit_1_not_a_traceback(nowhere: tuple[ConnectionCounter, str]) -> None:

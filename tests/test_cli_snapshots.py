@@ -13,7 +13,6 @@ import contextlib
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ from jupyter_suspend.cli.snapshots import (
     matches_selector,
     parse_duration,
 )
+from tests.cluster.calls import ConnectionCounter
 from tests.cluster.control_plane import Cluster
 from tests.cluster.fixtures import token_kubeconfig
 from tests.cluster.gke import GKESnapshotController
@@ -505,60 +505,6 @@ def test_an_api_refusal_is_said_and_exits_1(env: Env, history: dict[str, list[st
     assert env.snapshot_names() >= set(history["nb-a"])  # the refused delete deleted nothing
 
 
-class Listener:
-    """A TCP socket a kubeconfig points at: it counts the connections made to it (an API call would be one)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.sock.settimeout(0.2)
-        self.connections = 0
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    def _accept(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(5)
-        self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def listener() -> Iterator[Listener]:
-    listening = Listener()
-    yield listening
-    listening.close()
-
-
-@pytest.fixture
-def dead_end(tmp_path: Path, listener: Listener) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{listener.port}"}}],
-        "users": [{"name": "x", "user": {"token": "not-a-token"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x", "namespace": "team-b"}}],
-        "current-context": "x",
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps(config))
-    return path
-
-
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -578,14 +524,14 @@ def dead_end(tmp_path: Path, listener: Listener) -> Path:
     ],
 )
 def test_bad_arguments_exit_2_and_touch_nothing(
-    dead_end: Path, listener: Listener, args: tuple[str, ...], said: str
+    nowhere: tuple[ConnectionCounter, str], args: tuple[str, ...], said: str
 ) -> None:
-    before = listener.connections
-    done = run(dead_end, *args, own_process=True)  # nothing imports the Kubernetes client before the arguments
+    counter, kubeconfig = nowhere
+    done = run(Path(kubeconfig), *args, own_process=True)  # nothing imports the Kubernetes client before the arguments
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert said in done.stderr
     assert done.stdout == ""
-    assert listener.connections == before  # not one connection to the API server named in the kubeconfig
+    assert counter.connections == 0  # not one connection to the API server named in the kubeconfig
 
 
 def test_pure_rules() -> None:
