@@ -91,6 +91,51 @@ def statefulset(cluster: Cluster, ns: str, name: str = "nb", **kwargs: Any) -> d
     return body
 
 
+def paused_workspace(
+    cluster: Cluster,
+    ns: str,
+    pod: str,
+    message: str,
+    last_running: int = 0,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Workspace ``ws``, paused, with the status the workspace controller writes (its CRD requires every field):
+    the pod named with a generated suffix (``pod``), times in milliseconds."""
+    template: dict[str, Any] = {
+        "volumes": {"data": []},
+        "options": {"imageConfig": "jupyterlab_scipy_190", "podConfig": "tiny_cpu"},
+    }
+    if labels:
+        template["podMetadata"] = {"labels": labels}
+    workspace = {
+        "apiVersion": "kubeflow.org/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "ws", "namespace": ns},
+        "spec": {"paused": True, "kind": "jupyterlab", "podTemplate": template},
+    }
+    create(cluster, [workspace])
+    status = {
+        "status": {
+            "activity": {"lastActivity": 0, "lastUpdate": 0},
+            "lastRunningTime": last_running,
+            "pauseTime": 1764871800000,
+            "pendingRestart": False,
+            "podTemplateOptions": {
+                "imageConfig": {"desired": "jupyterlab_scipy_190"},
+                "podConfig": {"desired": "tiny_cpu"},
+            },
+            "podTemplatePod": {"name": pod, "nodeName": ""},
+            "state": "Paused",
+            "stateMessage": message,
+        }
+    }
+    cluster.kubectl(
+        "patch", "workspaces.kubeflow.org", "ws", "-n", ns, "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+    return workspace
+
+
 def written(obj: dict[str, Any], annotations: bool = True) -> tuple[Any, ...]:
     """What a command could write on a StatefulSet: its spec (generation) and annotations. Not the resourceVersion:
     the real StatefulSet controller writes the status whenever it likes (a run under load met it)."""
@@ -622,42 +667,9 @@ def test_notebook_resume_removes_the_stopped_annotation(cluster: Cluster, kube_n
 def test_item7_workspace_resume_unpauses_and_pins_nothing(
     cluster: Cluster, kube_ns: str, kubeconfig: str, gke: GKESnapshotController
 ) -> None:
-    workspace = {
-        "apiVersion": "kubeflow.org/v1beta1",
-        "kind": "Workspace",
-        "metadata": {"name": "ws", "namespace": kube_ns},
-        "spec": {
-            "paused": True,
-            "kind": "jupyterlab",
-            "podTemplate": {
-                "podMetadata": {"labels": {"a": "b"}},
-                "volumes": {"data": []},
-                "options": {"imageConfig": "jupyterlab_scipy_190", "podConfig": "tiny_cpu"},
-            },
-        },
-    }
-    create(cluster, [workspace])
-    # What the workspace controller writes (its CRD requires every field): it names the pod with a generated
-    # suffix and says so in the status; times in milliseconds.
-    status = {
-        "status": {
-            "activity": {"lastActivity": 0, "lastUpdate": 0},
-            "lastRunningTime": 1764870000000,
-            "pauseTime": 1764871800000,
-            "pendingRestart": False,
-            "podTemplateOptions": {
-                "imageConfig": {"desired": "jupyterlab_scipy_190"},
-                "podConfig": {"desired": "tiny_cpu"},
-            },
-            "podTemplatePod": {"name": "ws-ws-x7k2p-0", "nodeName": ""},
-            "state": "Paused",
-            "stateMessage": "paused by the culler",
-        }
-    }
-    cluster.kubectl(
-        "patch", "workspaces.kubeflow.org", "ws", "-n", kube_ns, "--subresource=status", "--type=merge",
-        "-p", json.dumps(status),
-    )  # fmt: skip
+    workspace = paused_workspace(
+        cluster, kube_ns, "ws-ws-x7k2p-0", "paused by the culler", last_running=1764870000000, labels={"a": "b"}
+    )
     snap = seed(gke, cluster, kube_ns, origin="ws-ws-x7k2p-0")
     done = run_cli("resume", "ws", "--kind=workspace", f"--snapshot={snap}", "--json", kubeconfig=kubeconfig)
     assert done.code == 0, done.stderr
@@ -753,39 +765,7 @@ def test_notebook_resumed_to_ready_through_its_statefulset(
 def test_workspace_resumed_to_ready_through_its_statefulset(
     cluster: Cluster, kube_ns: str, kubeconfig: str, gke: GKESnapshotController
 ) -> None:
-    workspace = {
-        "apiVersion": "kubeflow.org/v1beta1",
-        "kind": "Workspace",
-        "metadata": {"name": "ws", "namespace": kube_ns},
-        "spec": {
-            "paused": True,
-            "kind": "jupyterlab",
-            "podTemplate": {
-                "volumes": {"data": []},
-                "options": {"imageConfig": "jupyterlab_scipy_190", "podConfig": "tiny_cpu"},
-            },
-        },
-    }
-    create(cluster, [workspace])
-    status = {
-        "status": {
-            "activity": {"lastActivity": 0, "lastUpdate": 0},
-            "lastRunningTime": 0,
-            "pauseTime": 1764871800000,
-            "pendingRestart": False,
-            "podTemplateOptions": {
-                "imageConfig": {"desired": "jupyterlab_scipy_190"},
-                "podConfig": {"desired": "tiny_cpu"},
-            },
-            "podTemplatePod": {"name": "ws-ws-q8z4d-0", "nodeName": ""},
-            "state": "Paused",
-            "stateMessage": "Workspace is paused",
-        }
-    }
-    cluster.kubectl(
-        "patch", "workspaces.kubeflow.org", "ws", "-n", kube_ns, "--subresource=status", "--type=merge",
-        "-p", json.dumps(status),
-    )  # fmt: skip
+    paused_workspace(cluster, kube_ns, "ws-ws-q8z4d-0", "Workspace is paused")
     with KubeflowStand(cluster, kube_ns, "workspaces", "v1beta1", "ws", "ws-ws-q8z4d"):
         before = status_json("ws", kubeconfig, "--kind=workspace")
         assert before["state"] == "suspended"
