@@ -226,6 +226,17 @@ def journal_entries(state_dir: Path, kind: str) -> list[dict[str, Any]]:
     return [e for e in (json.loads(line) for line in lines if line) if e["kind"] == kind]
 
 
+async def suspended_with_checkpoints(api: SuspendClient, notebook: str) -> tuple[str, Path]:
+    """A notebook whose kernel ran SETUP, suspended: its kernel id and the folder its checkpoints were written to."""
+    session = await api.open_notebook(notebook)
+    kernel_id = str(session["kernel"]["id"])
+    reply = await api.run(kernel_id, SETUP)
+    assert reply["status"] == "ok", reply["stdout"]
+    status = await api.suspend()
+    flushed = next(s for s in status["operation"]["steps"] if s["name"] == "flush.kernels")
+    return kernel_id, Path(flushed["detail"]["kernels"][0]["checkpoint_dir"])
+
+
 async def read_ahead_report(api: SuspendClient, kernel_id: str) -> dict[str, Any] | None:
     reply = await api.run(kernel_id, READ_AHEAD)
     assert reply["status"] == "ok", reply["stdout"]
@@ -309,13 +320,7 @@ async def test_resume_read_ahead_resume_reads_checkpoints_while_the_kernel_start
 async def test_resume_read_ahead_corrupt_checkpoint_read_ahead_is_reported_as_before(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
-    session = await suspend_api.open_notebook("ahead-corrupt.ipynb")
-    kernel_id = str(session["kernel"]["id"])
-    reply = await suspend_api.run(kernel_id, SETUP)
-    assert reply["status"] == "ok", reply["stdout"]
-    status = await suspend_api.suspend()
-    flushed = next(s for s in status["operation"]["steps"] if s["name"] == "flush.kernels")
-    folder = Path(flushed["detail"]["kernels"][0]["checkpoint_dir"])
+    kernel_id, folder = await suspended_with_checkpoints(suspend_api, "ahead-corrupt.ipynb")
     flip_last_byte(next(folder.glob("*/weights.safetensors")))
     status = await suspend_api.resume()
     assert status["state"] == "ready"
@@ -335,13 +340,7 @@ async def test_resume_read_ahead_corrupt_checkpoint_read_ahead_is_reported_as_be
 async def test_resume_read_ahead_missing_checkpoint_folder_read_ahead_is_reported_as_before(
     suspend_api: SuspendClient, kernel_server_env: Path
 ) -> None:
-    session = await suspend_api.open_notebook("ahead-missing.ipynb")
-    kernel_id = str(session["kernel"]["id"])
-    reply = await suspend_api.run(kernel_id, SETUP)
-    assert reply["status"] == "ok", reply["stdout"]
-    status = await suspend_api.suspend()
-    flushed = next(s for s in status["operation"]["steps"] if s["name"] == "flush.kernels")
-    folder = Path(flushed["detail"]["kernels"][0]["checkpoint_dir"])
+    kernel_id, folder = await suspended_with_checkpoints(suspend_api, "ahead-missing.ipynb")
     for generation in folder.iterdir():
         (generation / "manifest.json").unlink()  # incomplete generations: nothing to restore
     status = await suspend_api.resume()
