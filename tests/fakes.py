@@ -64,6 +64,10 @@ class FakeEnvironment:
         self._gates: dict[str, asyncio.Event] = {}
         self._failures: dict[str, BaseException] = {}
         self._replies: dict[str, KernelReply] = {}
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
 
     # -- set-up -----------------------------------------------------------------
     def add_kernel(

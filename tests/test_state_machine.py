@@ -754,11 +754,13 @@ def test_a_backend_s_own_marks_go_on_their_cycle_in_time_order(tmp_path: Path) -
     assert plain["cycles"][0]["events"] == []
 
 
-async def test_stopping_the_lifecycle_stops_the_backend(tmp_path: Path) -> None:
-    backend = FakeBackend()
-    lifecycle = make_lifecycle(tmp_path, backend=backend)
+async def test_stopping_the_lifecycle_stops_the_backend_and_the_environment(tmp_path: Path) -> None:
+    backend, environment = FakeBackend(), FakeEnvironment()
+    lifecycle = make_lifecycle(tmp_path, environment=environment, backend=backend)
     await lifecycle.stop()
     assert backend.stop_calls == 1
+    assert environment.closed  # its background work (activity put back) is ended
+    environment.closed = False
 
     # A backend that fails to stop does not stop the shutdown.
     async def broken() -> None:
@@ -766,6 +768,7 @@ async def test_stopping_the_lifecycle_stops_the_backend(tmp_path: Path) -> None:
 
     backend.stop = broken  # type: ignore[method-assign]
     await lifecycle.stop()
+    assert environment.closed
 
 
 async def test_the_core_writes_only_known_entry_kinds(tmp_path: Path) -> None:

@@ -120,6 +120,9 @@ class KernelReply:
 class Environment(Protocol):
     """Sessions, kernels and files of one notebook server, as the core sees them."""
 
+    async def close(self) -> None:
+        """Finish what it still does in the background (the server is stopping)."""
+
     def last_activity(self) -> float | None:
         """The server's last user activity (epoch seconds), as ``GET /api/status`` reports it."""
 

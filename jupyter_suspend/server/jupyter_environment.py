@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import json
 import os
 import queue
@@ -115,6 +116,8 @@ class JupyterServerEnvironment:
 
     def __init__(self, serverapp: Any):
         self.serverapp = serverapp
+        #: kernel id -> (last_activity and last_kernel_activity before our requests, the task putting them back)
+        self._settling: dict[str, tuple[Any, Any, asyncio.Task[None]]] = {}
 
     @property
     def kernel_manager(self) -> Any:
@@ -372,9 +375,15 @@ class JupyterServerEnvironment:
         km = self.kernel_manager.get_kernel(kernel_id)
         # Our request is not the user's activity: culling controllers (Kubeflow's reads /api/kernels) must not
         # see it. The server's IOPub watcher moves last_activity on the request's busy/idle: put it back.
-        activity_before = kernel_attribute(km, "last_activity", None)
         # ... and the manager's last_kernel_activity, which /api/status reports (the Workspaces activity probe).
-        server_activity_before = getattr(self.kernel_manager, "last_kernel_activity", None)
+        settling = self._settling.pop(kernel_id, None)
+        if settling is not None:
+            # An earlier request of ours is still being put back: its values are the user's, keep them.
+            activity_before, server_activity_before, task = settling
+            task.cancel()
+        else:
+            activity_before = kernel_attribute(km, "last_activity", None)
+            server_activity_before = getattr(self.kernel_manager, "last_kernel_activity", None)
         client = own_client(km)
         client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
         try:
@@ -385,9 +394,30 @@ class JupyterServerEnvironment:
         finally:
             client.stop_channels()
         state = kernel_attribute(km, "execution_state") or "unknown"
-        if reply is not None and activity_before is not None:
-            await self._restore_activity(km, activity_before, server_activity_before)
+        if activity_before is not None:
+            # In the background: the watcher may take up to ACTIVITY_SETTLE_SECONDS to see the idle (a
+            # kernel that just started, as on a resume), and the caller's next step must not wait for it.
+            task = asyncio.ensure_future(self._restore_activity(km, activity_before, server_activity_before))
+            self._settling[kernel_id] = (activity_before, server_activity_before, task)
+            task.add_done_callback(functools.partial(self._settled, kernel_id))
         return reply, state
+
+    async def close(self) -> None:
+        """Stop putting activity back (the server is stopping: nobody reads it any more)."""
+        tasks = [task for _, _, task in self._settling.values()]
+        self._settling.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _settled(self, kernel_id: str, task: asyncio.Task[None]) -> None:
+        settling = self._settling.get(kernel_id)
+        if settling is not None and settling[2] is task:
+            del self._settling[kernel_id]
+        if not task.cancelled() and task.exception() is not None:
+            self.serverapp.log.warning(
+                "jupyter-suspend: could not put kernel %s's activity back: %s", kernel_id, task.exception()
+            )
 
     async def _restore_activity(
         self, km: Any, before: Any, server_before: Any, settle: float = ACTIVITY_SETTLE_SECONDS

@@ -205,6 +205,7 @@ class Lifecycle:
             await self.backend.stop()
         except Exception:  # shutting down: say so, carry on
             self.log.exception("jupyter-suspend: the %s backend did not stop cleanly", self.backend.name)
+        await self.environment.close()
 
     # -- state machine ------------------------------------------------------
     def _transition(
