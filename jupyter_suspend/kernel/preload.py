@@ -198,4 +198,12 @@ def start_from_environment(kernel_id: str | None) -> Preload | None:
 
 
 def load_ipython_extension(shell: Any) -> None:
-    start_from_environment(own_kernel_id())
+    if start_from_environment(own_kernel_id()) is None:
+        return
+    # The server's restore request comes as soon as the kernel answers, and is served by
+    # ``%load_ext jupyter_suspend``, which the server would otherwise load first with a request
+    # of its own: load it now, while the read runs (the same extension, loaded the same way).
+    try:
+        shell.extension_manager.load_extension("jupyter_suspend")
+    except Exception:  # the server loads it itself, as without a read ahead
+        shell.log.warning("jupyter-suspend: could not load the extension at kernel start", exc_info=True)
