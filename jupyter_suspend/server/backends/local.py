@@ -110,7 +110,8 @@ class LocalBackend(Backend):
         True,
         config=True,
         help="Read the kernels' newest checkpoint files into the page cache while a resume "
-        "restarts the kernels (skipped when they would not fit in half the available memory).",
+        "restarts the kernels, when the kernels do not read them themselves as they start "
+        "(preload_in_kernel off); skipped when they would not fit in half the available memory.",
     )
     preload_in_kernel = Bool(
         True,
@@ -187,7 +188,11 @@ class LocalBackend(Backend):
         self._check_capacity()
         capacity_available_at = time.time()
         records = [KernelRecord.from_dict(k) for k in ctx.resume_plan.get("kernels", [])]
-        self._start_prefetch(ctx, records)
+        if not self.preload_in_kernel:
+            # A kernel's own read ahead starts within a second of POST resume; a warm-up beside it
+            # only competes with the kernel's start for the cores (0.3 s later on 2 cores, and a
+            # slower resume: docs/benchmarks.md).
+            self._start_prefetch(ctx, records)
         tickets = PreloadTickets(self.kernel_ready_timeout + PRELOAD_HOLD_SECONDS) if self.preload_in_kernel else None
 
         async def start(record: KernelRecord) -> RestoredKernel:
