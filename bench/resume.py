@@ -140,8 +140,12 @@ def _epoch(iso: str | None) -> float | None:
 READ_AHEAD = (
     "import json as _json\n"
     "try:\n"
-    "    from jupyter_suspend.kernel import preload as _preload\n"
-    "    print(_json.dumps(_preload.last.report() if _preload.last else None))\n"
+    "    from jupyter_suspend.kernel import preload as _preload, tensors as _tensors\n"
+    "    _report = _preload.last.report() if _preload.last else None\n"
+    "    _backing = list(getattr(_tensors, 'backing_log', []))[-1:]\n"
+    "    if _report is not None and _backing:\n"
+    "        _report['huge_pages_kept'] = float(_backing[0][1])\n"
+    "    print(_json.dumps(_report))\n"
     "except ImportError:\n"
     "    print('null')\n"
 )
@@ -291,7 +295,10 @@ class ResumeBench:
         if not isinstance(report, dict):
             return {}
         marks = {"read ahead start": "started_at", "read ahead end": "finished_at", "read ahead taken": "taken_at"}
-        return {mark: float(report[key]) - started for mark, key in marks.items() if report.get(key)}
+        profile = {mark: float(report[key]) - started for mark, key in marks.items() if report.get(key)}
+        if "huge_pages_kept" in report:  # 1.0: the read's memory stayed in huge pages to the end
+            profile["huge pages kept"] = float(report["huge_pages_kept"])
+        return profile
 
     def _profile(self, status: dict[str, Any], started: float, ready: float, elapsed: float) -> dict[str, float]:
         steps = {s["name"]: s for s in (status.get("operation") or {}).get("steps", [])}
@@ -350,7 +357,7 @@ def resume_bench(
         shutil.rmtree(base, ignore_errors=True)
 
 
-NO_PREFETCH = "c.LocalBackend.prefetch_checkpoints = False\n"
+NO_READ_AHEAD = "c.LocalBackend.preload_in_kernel = False\n"
 DIGESTS = ("xxh3-128", "sha256")
 BEFORE = "ours, code before (tree)"
 
@@ -360,21 +367,25 @@ def measure(
     repeat: int,
     digests: tuple[str, ...] = DIGESTS,
     verbose: bool = True,
-    without_prefetch: bool = False,
+    without_read_ahead: bool = False,
     before_tree: Path | None = None,
 ) -> ResumeBench:
     """``repeat`` rounds; each runs bare and ours with every digest once, in an
-    order rotated from round to round. ``without_prefetch`` adds a series from
-    a second server with ``LocalBackend.prefetch_checkpoints = False`` (the
-    resume without the page-cache warm-up, default digest); ``before_tree``
+    order rotated from round to round. ``without_read_ahead`` adds a series from
+    a second server with ``LocalBackend.preload_in_kernel = False`` (its kernels
+    do not read ahead, the server warms the page cache instead; default
+    digest); ``before_tree``
     one from a server running the jupyter_suspend of that source tree (the
     code before a change, timed in the same rounds)."""
     with contextlib.ExitStack() as stack:
         bench = stack.enter_context(resume_bench(size_mib))
         others: list[tuple[str, ResumeBench]] = []
-        if without_prefetch:
+        if without_read_ahead:
             others.append(
-                ("ours without warm-up", stack.enter_context(resume_bench(size_mib, extra_config=NO_PREFETCH)))
+                (
+                    "ours, warm-up, no read ahead",
+                    stack.enter_context(resume_bench(size_mib, extra_config=NO_READ_AHEAD)),
+                )
             )
         if before_tree is not None:
             others.append((BEFORE, stack.enter_context(resume_bench(size_mib, tree=before_tree))))
@@ -439,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         help="checkpoint digests to time, one series each (default: xxh3-128,sha256)",
     )
     parser.add_argument(
-        "--without-prefetch", action="store_true", help="also time a server without the page-cache warm-up"
+        "--without-read-ahead",
+        action="store_true",
+        help="also time a server whose kernels do not read ahead (the server warms the page cache instead)",
     )
     parser.add_argument(
         "--before-tree",
@@ -453,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (3 if args.quick else 5)
     digests = tuple(d for d in args.digests.split(",") if d)
     print(f"resume to runnable cell: {size} MiB array, {repeat} rounds; {load_average()}", flush=True)
-    bench = measure(size, repeat, digests, without_prefetch=args.without_prefetch, before_tree=args.before_tree)
+    bench = measure(size, repeat, digests, without_read_ahead=args.without_read_ahead, before_tree=args.before_tree)
     print(f"page cache: {bench.cache}; after the run: {load_average()}")
     print("\n".join(report(bench)))
     print("target: median ratio <= 1.2 (<= 1.0 where the read overlaps with the kernel start)")

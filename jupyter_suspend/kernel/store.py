@@ -46,6 +46,8 @@ import time
 import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,11 +61,13 @@ from .tensors import (
     CannotLoad,
     ChunkHasher,
     DigestUnavailable,
+    HostMemory,
     as_buffer,
     chunk_digests,
     default_digest,
     digest_function,
     empty_like_manifest,
+    hash_pool,
     incremental_digest,
     place,
     torch_module,
@@ -931,32 +935,44 @@ def _open_data(path: Path, where: str) -> Any:
 def _read_safetensors(
     gen: Generation, data: dict[str, Any], where: str, chunk_bytes: int
 ) -> tuple[dict[str, Any], list[str]]:
-    """Read every tensor into fresh host memory, checking each chunk's digest
-    (in background threads, while the next chunk is read); move tensors back
-    to their device only after everything checked out."""
+    """Read every tensor into fresh host memory, checking each chunk's digest;
+    move tensors back to their device only after everything checked out.
+
+    The chunks are read (``pread``, no shared file position) and hashed by the
+    hash pool's threads, several at once: a restore's cost is mostly making
+    fresh memory (page faults) and the copy, which two cores do in about half
+    the time of one (docs/benchmarks.md)."""
     path, entries = gen.path / data["file"], data["tensors"]
-    gen.hasher(where)  # an unknown digest is refused before anything is read
+    hasher = gen.hasher(where)  # an unknown digest is refused before anything is read
     loaded: dict[str, Any] = {}
     warnings: list[str] = []
-    checks: list[tuple[dict[str, Any], ChunkHasher]] = []
+    checks: list[tuple[dict[str, Any], list[Future[str]], HostMemory | None]] = []
     with _open_data(path, where) as fh:
-        for entry in entries:
-            obj, view = empty_like_manifest(entry)
-            if view.nbytes != entry["nbytes"]:
-                raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} size disagrees with its shape")
-            fh.seek(entry["offset"])
-            hasher = ChunkHasher(gen.digest)
-            try:
-                for start in range(0, view.nbytes, chunk_bytes):
-                    chunk = view[start : start + chunk_bytes]
-                    _read_into(fh, chunk)
-                    hasher.add(chunk)
-            except EOFError as exc:
-                raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated; not loaded") from exc
-            checks.append((entry, hasher))
-            loaded[entry["key"]] = obj
-    for entry, hasher in checks:
-        digests = hasher.digests() if entry["nbytes"] else chunk_digests(memoryview(b""), gen.digest)
+        try:
+            for entry in entries:
+                obj, view, memory = empty_like_manifest(entry)
+                if view.nbytes != entry["nbytes"]:
+                    raise CorruptCheckpoint(
+                        f"{where} is corrupt: tensor {entry['key']!r} size disagrees with its shape"
+                    )
+                reads = [
+                    hash_pool().submit(
+                        _read_chunk, fh.fileno(), view, start, chunk_bytes, entry["offset"], hasher, memory
+                    )
+                    for start in range(0, view.nbytes, chunk_bytes)
+                ]
+                checks.append((entry, reads, memory))
+                loaded[entry["key"]] = obj
+        finally:
+            # Every read ends before the file is closed (a closed descriptor's number can be reused).
+            futures_wait([read for _, reads, _ in checks for read in reads])
+    for entry, reads, memory in checks:
+        if memory is not None:
+            memory.finished()
+        try:
+            digests = [read.result() for read in reads] if reads else chunk_digests(memoryview(b""), gen.digest)
+        except EOFError as exc:
+            raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated; not loaded") from exc
         if digests != gen.chunk_sums(entry):
             raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} {_fails(gen)}; not loaded")
     for entry in entries:
@@ -966,6 +982,29 @@ def _read_safetensors(
             if warning:
                 warnings.append(f"tensor {entry['key']!r} {warning}")
     return loaded, warnings
+
+
+def _read_chunk(
+    fd: int,
+    view: memoryview,
+    start: int,
+    chunk_bytes: int,
+    file_offset: int,
+    hasher: Callable[[Any], str],
+    memory: HostMemory | None,
+) -> str:
+    """Read one chunk of a tensor at its place in the file and return its digest (EOFError: truncated)."""
+    chunk = view[start : start + chunk_bytes]
+    began = time.perf_counter()
+    done = 0
+    while done < chunk.nbytes:
+        got = os.preadv(fd, [chunk[done:]], file_offset + start + done)
+        if not got:
+            raise EOFError("file is shorter than its manifest says")
+        done += got
+    if memory is not None:
+        memory.chunk_read(start + chunk.nbytes, chunk.nbytes, time.perf_counter() - began)
+    return hasher(chunk)
 
 
 def _check_safetensors(gen: Generation, data: dict[str, Any], where: str, chunk_bytes: int) -> None:

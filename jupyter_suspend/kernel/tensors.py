@@ -20,6 +20,8 @@ one that names none was written with SHA-256 and is still read and checked.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
 import math
 import mmap
@@ -217,46 +219,105 @@ def host_bytes(obj: Any) -> memoryview:
     return memoryview(tensor.view(torch.uint8).numpy())
 
 
-def host_buffer(nbytes: int) -> Any:
-    """Fresh, writable host memory (a numpy ``uint8`` array) for a restore to read into.
+#: The size of a transparent huge page (x86-64, and arm64 with 4 KiB base pages).
+HUGE_PAGE_BYTES = 2 * 2**20
+#: A chunk read into huge pages that took longer than this per MiB gives them up for
+#: the rest of its buffer. Huge pages the host has backed cost about 0.1-0.2 ms per MiB
+#: with the copy, 4 KiB pages 1-3 ms, huge pages the host must fault in again 10-33 ms
+#: (docs/benchmarks.md, "The memory a restore reads into").
+HUGE_PAGE_SLOW_SECONDS_PER_MIB = 0.005
+#: How the last buffers were backed: (bytes, huge pages kept to the end, offset they
+#: were given up at or None), for benchmarks and bug reports.
+backing_log: collections.deque[tuple[int, bool, int | None]] = collections.deque(maxlen=32)
 
-    An anonymous private mapping, without the transparent-huge-page advice
-    numpy gives its own large allocations: on a VM whose host takes free
-    memory back (this project's build machine), faulting a fresh GiB in huge
-    pages took 10-33 s against 0.9-1.2 s in 4 KiB pages, and a whole 1 GiB
-    restore 11-19 s against 0.5-0.7 s (docs/benchmarks.md). Elsewhere huge
-    pages save about 0.3 s per GiB; 4 KiB pages never cost seconds. The
-    arrays and tensors built on it do not own their memory (the mapping is
-    freed with the last of them): ``ndarray.resize`` and ``Tensor.resize_``
-    are refused, everything else behaves as usual.
+
+class HostMemory:
+    """Fresh, writable host memory for a restore to read one tensor into (``array``: numpy ``uint8``).
+
+    An anonymous private mapping (a fork copies on write, never shares the
+    user's arrays) that asks for transparent huge pages (``MADV_HUGEPAGE``),
+    as numpy and PyTorch do for their own large allocations, but watches what
+    they cost: on a VM the same request takes 0.1-0.2 s per GiB when the host
+    has the memory backed and 10-33 s when it took the free memory back and
+    faults it in again in 4 KiB pieces, both seen on this project's build
+    machines on different days. The reader reports each chunk
+    (:meth:`chunk_read`); after a slow one the rest of the buffer is made in
+    4 KiB pages (``MADV_NOHUGEPAGE``), which never cost more than a few
+    seconds per GiB. The arrays and tensors built on it do not own their
+    memory (it is freed with the last of them): ``ndarray.resize`` and
+    ``Tensor.resize_`` are refused, everything else behaves as usual.
     """
-    np = _import_numpy()
-    private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
-    if nbytes == 0 or private is None or anonymous is None:  # not a POSIX system: numpy's allocator
-        return np.empty(nbytes, dtype=np.uint8)
-    # Private: a fork must copy on write, never share the user's arrays.
-    mapping = mmap.mmap(-1, nbytes, flags=private | anonymous)
-    return np.frombuffer(mapping, dtype=np.uint8)
+
+    def __init__(self, nbytes: int) -> None:
+        np = _import_numpy()
+        self.nbytes = nbytes
+        self.huge = False
+        self.gave_up_huge_at: int | None = None
+        self._slow_chunks = 0
+        self._lock = threading.Lock()
+        private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
+        self._mapping: mmap.mmap | None = None
+        if nbytes == 0 or private is None or anonymous is None:  # not a POSIX system: numpy's allocator
+            self.array = np.empty(nbytes, dtype=np.uint8)
+            return
+        self._mapping = mmap.mmap(-1, nbytes, flags=private | anonymous)
+        self.array = np.frombuffer(self._mapping, dtype=np.uint8)
+        hugepage = getattr(mmap, "MADV_HUGEPAGE", None)
+        if hugepage is not None and nbytes >= 2 * HUGE_PAGE_BYTES:
+            try:
+                self._mapping.madvise(hugepage)
+                self.huge = True
+            except OSError:  # a kernel without transparent huge pages
+                pass
+
+    def chunk_read(self, end: int, nbytes: int, seconds: float) -> None:
+        """The reader filled ``nbytes`` ending at offset ``end`` in ``seconds``.
+
+        Huge pages are given up after two slow chunks in a row, or one four
+        times too slow: one late chunk on a busy machine (a preempted reader,
+        a disk stall) is no sign of the host's memory."""
+        with self._lock:  # the chunks are read by several threads
+            if not self.huge or nbytes < 2**20:
+                return
+            per_mib = seconds / (nbytes / 2**20)
+            if per_mib <= HUGE_PAGE_SLOW_SECONDS_PER_MIB:
+                self._slow_chunks = 0
+                return
+            self._slow_chunks += 1
+            if self._slow_chunks < 2 and per_mib <= 4 * HUGE_PAGE_SLOW_SECONDS_PER_MIB:
+                return
+            self._give_up_huge_pages(end)
+
+    def _give_up_huge_pages(self, end: int) -> None:
+        self.huge = False
+        self.gave_up_huge_at = end
+        start = -(-end // mmap.PAGESIZE) * mmap.PAGESIZE
+        if self._mapping is not None and start < self.nbytes:
+            with contextlib.suppress(OSError):
+                self._mapping.madvise(mmap.MADV_NOHUGEPAGE, start, self.nbytes - start)
+
+    def finished(self) -> None:
+        backing_log.append((self.nbytes, self.huge, self.gave_up_huge_at))
 
 
-def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview]:
-    """Allocate the host object a tensor entry loads into, and its writable bytes."""
+def empty_like_manifest(entry: dict[str, Any]) -> tuple[Any, memoryview, HostMemory | None]:
+    """Allocate the host object a tensor entry loads into, its writable bytes and their memory."""
     shape = tuple(entry["shape"])
     if entry["library"] == "numpy":
         np = _import_numpy()
         dtype = np.dtype(entry["dtype"])
-        host = host_buffer(math.prod(shape) * dtype.itemsize)
-        return host.view(dtype).reshape(shape), memoryview(host)
+        memory = HostMemory(math.prod(shape) * dtype.itemsize)
+        return memory.array.view(dtype).reshape(shape), memoryview(memory.array), memory
     torch = _import_torch(entry)
     dtype = getattr(torch, entry["dtype"])
-    # The tensor is a view of host_buffer's memory (any dtype, bfloat16
+    # The tensor is a view of HostMemory's mapping (any dtype, bfloat16
     # included, through a byte view); only resize_() is refused.
     count = math.prod(shape)
     if count == 0:
-        return torch.empty(shape, dtype=dtype), memoryview(b"")
-    host = host_buffer(count * torch.empty((), dtype=dtype).element_size())
-    tensor = torch.from_numpy(host).view(dtype).reshape(shape)
-    return tensor, memoryview(host)
+        return torch.empty(shape, dtype=dtype), memoryview(b""), None
+    memory = HostMemory(count * torch.empty((), dtype=dtype).element_size())
+    tensor = torch.from_numpy(memory.array).view(dtype).reshape(shape)
+    return tensor, memoryview(memory.array), memory
 
 
 def _import_numpy() -> Any:
