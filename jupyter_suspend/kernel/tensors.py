@@ -221,9 +221,10 @@ def host_bytes(obj: Any) -> memoryview:
 
 #: The size of a transparent huge page (x86-64, and arm64 with 4 KiB base pages).
 HUGE_PAGE_BYTES = 2 * 2**20
-#: A chunk read into huge pages that took longer than this per MiB gives them up for
-#: the rest of its buffer. Huge pages the host has backed cost about 0.1-0.2 ms per MiB
-#: with the copy, 4 KiB pages 1-3 ms, huge pages the host must fault in again 10-33 ms
+#: A chunk read into huge pages that took more CPU time than this per MiB (the reader
+#: thread's: faults and copy, not waits for a core or the disk) gives them up for the
+#: rest of its buffer. Huge pages the host has backed cost about 0.1-0.2 ms per MiB
+#: with the copy, 4 KiB pages 0.5-2 ms, huge pages the host must fault in again 7-33 ms
 #: (docs/benchmarks.md, "The memory a restore reads into").
 HUGE_PAGE_SLOW_SECONDS_PER_MIB = 0.005
 #: How the last buffers were backed: (bytes, huge pages kept to the end, offset they
@@ -238,10 +239,10 @@ class HostMemory:
     user's arrays) that asks for transparent huge pages (``MADV_HUGEPAGE``),
     as numpy and PyTorch do for their own large allocations, but watches what
     they cost: on a VM the same request takes 0.1-0.2 s per GiB when the host
-    has the memory backed and 10-33 s when it took the free memory back and
+    has the memory backed and 7-33 s when it took the free memory back and
     faults it in again in 4 KiB pieces, both seen on this project's build
-    machines on different days. The reader reports each chunk
-    (:meth:`chunk_read`); after a slow one the rest of the buffer is made in
+    machines, minutes apart. The reader reports each chunk
+    (:meth:`chunk_read`); after slow ones the rest of the buffer is made in
     4 KiB pages (``MADV_NOHUGEPAGE``), which never cost more than a few
     seconds per GiB. The arrays and tensors built on it do not own their
     memory (it is freed with the last of them): ``ndarray.resize`` and
@@ -271,11 +272,11 @@ class HostMemory:
                 pass
 
     def chunk_read(self, end: int, nbytes: int, seconds: float) -> None:
-        """The reader filled ``nbytes`` ending at offset ``end`` in ``seconds``.
+        """The reader filled ``nbytes`` ending at offset ``end`` in ``seconds`` of its CPU time.
 
         Huge pages are given up after two slow chunks in a row, or one four
-        times too slow: one late chunk on a busy machine (a preempted reader,
-        a disk stall) is no sign of the host's memory."""
+        times too slow: one chunk is too little to judge the host's memory by
+        (a burst of interrupts, a cache miss in the host's page tables)."""
         with self._lock:  # the chunks are read by several threads
             if not self.huge or nbytes < 2**20:
                 return
