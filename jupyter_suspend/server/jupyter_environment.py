@@ -38,6 +38,10 @@ WEBSOCKET_CLOSE_TIMEOUT = 10.0
 #: How long a silent request of ours waits for the server to record the kernel idle again, so that it can
 #: put the kernel's ``last_activity`` back (see ``_execute``).
 ACTIVITY_SETTLE_SECONDS = 1.0
+#: How much of that wait the request's caller waits for; the rest runs in the background. The server's
+#: watcher usually records the idle within milliseconds, but on a kernel that has just started (a resume's
+#: restore request) it may not record it at all, and the caller would wait the whole second for nothing.
+ACTIVITY_SETTLE_FOREGROUND_SECONDS = 0.2
 
 
 async def close_kernel_websockets(kernel_id: str, timeout: float = WEBSOCKET_CLOSE_TIMEOUT) -> int:
@@ -118,6 +122,8 @@ class JupyterServerEnvironment:
         self.serverapp = serverapp
         #: kernel id -> (last_activity and last_kernel_activity before our requests, the task putting them back)
         self._settling: dict[str, tuple[Any, Any, asyncio.Task[None]]] = {}
+        #: kernels started here (a resume) that no request of ours has reached yet
+        self._just_started: set[str] = set()
 
     @property
     def kernel_manager(self) -> Any:
@@ -220,6 +226,7 @@ class JupyterServerEnvironment:
             if record.kernel_id in self.kernel_manager:
                 await ensure_async(self.kernel_manager.shutdown_kernel(record.kernel_id))
         finally:
+            self._just_started.discard(record.kernel_id)
             await close_kernel_websockets(record.kernel_id)
 
     async def preload_arguments(self, kernel_name: str) -> list[str]:
@@ -258,6 +265,7 @@ class JupyterServerEnvironment:
         await self._end_other_sessions(record)
         kernel_id = await self._start_recorded(record, extra_env, extra_arguments or [])
         await self._end_other_sessions(record)
+        self._just_started.add(kernel_id)
         return kernel_id
 
     async def _end_other_sessions(self, record: KernelRecord) -> list[str]:
@@ -395,11 +403,14 @@ class JupyterServerEnvironment:
             client.stop_channels()
         state = kernel_attribute(km, "execution_state") or "unknown"
         if activity_before is not None:
-            # In the background: the watcher may take up to ACTIVITY_SETTLE_SECONDS to see the idle (a
-            # kernel that just started, as on a resume), and the caller's next step must not wait for it.
             task = asyncio.ensure_future(self._restore_activity(km, activity_before, server_activity_before))
             self._settling[kernel_id] = (activity_before, server_activity_before, task)
             task.add_done_callback(functools.partial(self._settled, kernel_id))
+            if kernel_id not in self._just_started:
+                await asyncio.wait({task}, timeout=ACTIVITY_SETTLE_FOREGROUND_SECONDS)
+        # The first request a resume sends a kernel it just started does not wait at all: the server's
+        # watcher often has not subscribed to the new kernel's IOPub yet and never records that request.
+        self._just_started.discard(kernel_id)
         return reply, state
 
     async def close(self) -> None:
