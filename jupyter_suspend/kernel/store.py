@@ -340,12 +340,13 @@ def _write_all(fd: int, view: memoryview) -> None:
         view = view[written:]
 
 
-def _read_into(fh: Any, view: memoryview) -> None:
+def _read_into(fd: int, view: memoryview, offset: int) -> None:
+    """Fill ``view`` from the file at ``offset`` (``pread``: no shared file position); EOFError when it is shorter."""
     while view.nbytes:
-        got = fh.readinto(view)
+        got = os.preadv(fd, [view], offset)
         if not got:
             raise EOFError("file is shorter than its manifest says")
-        view = view[got:]
+        view, offset = view[got:], offset + got
 
 
 def _pid_alive(pid: int) -> bool:
@@ -998,12 +999,7 @@ def _read_chunk(
     # This thread's CPU time: the page faults and the copy (a host's slow faults included),
     # not the time it waited for a core or the disk, which says nothing of the memory.
     began = time.thread_time()
-    done = 0
-    while done < chunk.nbytes:
-        got = os.preadv(fd, [chunk[done:]], file_offset + start + done)
-        if not got:
-            raise EOFError("file is shorter than its manifest says")
-        done += got
+    _read_into(fd, chunk, file_offset + start)
     if memory is not None:
         memory.chunk_read(start + chunk.nbytes, chunk.nbytes, time.thread_time() - began)
     return hasher(chunk)
@@ -1014,18 +1010,18 @@ def _check_safetensors(gen: Generation, data: dict[str, Any], where: str, chunk_
     hasher = gen.hasher(where)
     with _open_data(path, where) as fh:
         for entry in entries:
-            fh.seek(entry["offset"])
             digests = []
-            remaining = entry["nbytes"]
+            offset, remaining = entry["offset"], entry["nbytes"]
             if remaining == 0:
                 digests.append(hasher(b""))
             while remaining > 0:
                 block = bytearray(min(chunk_bytes, remaining))
                 try:
-                    _read_into(fh, memoryview(block))
+                    _read_into(fh.fileno(), memoryview(block), offset)
                 except EOFError as exc:
                     raise CorruptCheckpoint(f"{where} is corrupt: {path.name} is truncated") from exc
                 digests.append(hasher(block))
+                offset += len(block)
                 remaining -= len(block)
             if digests != gen.chunk_sums(entry):
                 raise CorruptCheckpoint(f"{where} is corrupt: tensor {entry['key']!r} {_fails(gen)}")
