@@ -246,6 +246,21 @@ def token(cluster: Cluster, namespace: str, account: str, pod: dict[str, Any], o
     return bound_token(cluster, namespace, account, pod)
 
 
+def lone_pod(cluster: Cluster, admin_api: Any, namespace: str) -> dict[str, Any]:
+    """A pod of the notebook's name, run as the sidecar's account, that no Notebook owns (no notebook-name label)."""
+    cluster.kubectl(
+        "run",
+        POD,
+        "-n",
+        namespace,
+        "--image=x:1",
+        "--restart=Never",
+        "--labels=app=notebook",
+        "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}),
+    )
+    return dict(wait_for(lambda: read(admin_api, "v1", "pods", namespace, POD), 30, "the lone pod"))
+
+
 def notebook_sidecar(
     cluster: Cluster, namespace: str, pod: dict[str, Any], directory: Path, outlives_pod: bool = False
 ) -> Sidecar:
@@ -297,17 +312,7 @@ def test_sidecar_stops_its_own_notebook_and_refuses_everything_else(
 ) -> None:
     counter = Counter(cluster, "notebooks")
     # First a pod of the right name that no Notebook owns (no notebook-name label).
-    cluster.kubectl(
-        "run",
-        POD,
-        "-n",
-        kube_ns,
-        "--image=x:1",
-        "--restart=Never",
-        "--labels=app=notebook",
-        "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}),
-    )
-    lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
+    lone = lone_pod(cluster, admin_api, kube_ns)
     sidecar = notebook_sidecar(cluster, kube_ns, lone, tmp_path / "lone")
     try:
         counter.reset()
@@ -720,17 +725,7 @@ def test_a_suspend_the_sidecar_cannot_serve_aborts_before_anything_is_released(
     cluster: Cluster, kube_ns: str, admin_api: Any, tmp_path: Path
 ) -> None:
     deploy_overlay(cluster, "kubeflow-notebook", kube_ns)
-    cluster.kubectl(
-        "run",
-        POD,
-        "-n",
-        kube_ns,
-        "--image=x:1",
-        "--restart=Never",
-        "--labels=app=notebook",
-        "--overrides=" + json.dumps({"spec": {"serviceAccountName": "jupyter-suspend-sidecar"}}),
-    )
-    lone = wait_for(lambda: read(admin_api, "v1", "pods", kube_ns, POD), 30, "the lone pod")
+    lone = lone_pod(cluster, admin_api, kube_ns)
     recorded: list[str] = []
     ctx = ReleaseContext("op-1", None, [], "test", lambda kind, **_: recorded.append(kind))  # type: ignore[arg-type]
     sidecar = notebook_sidecar(cluster, kube_ns, lone, tmp_path / "sidecar")
