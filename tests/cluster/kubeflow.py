@@ -194,6 +194,31 @@ class _Controller:
 
         return call
 
+    def _owned_informers(self, plural: str, version: str, kind: str, name_label: str) -> dict[str, _Informer]:
+        """What both controllers watch: their own objects, the StatefulSets they own and the pods whose
+        ``name_label`` names one of their objects; each event queues that object's name."""
+        namespace = self.namespace
+        return {
+            plural: _Informer(
+                plural,
+                self._custom_list(version, plural),
+                namespace,
+                lambda o: self.enqueue(o["metadata"]["name"]),
+            ),
+            "statefulsets": _Informer(
+                "statefulsets",
+                self.apps.list_namespaced_stateful_set,
+                namespace,
+                lambda o: self.enqueue(_owner(o, kind)),
+            ),
+            "pods": _Informer(
+                "pods",
+                self.core.list_namespaced_pod,
+                namespace,
+                lambda o: self.enqueue((o["metadata"].get("labels") or {}).get(name_label)),
+            ),
+        }
+
     def enqueue(self, name: str | None) -> None:
         if name:
             with self._wake:
@@ -258,25 +283,8 @@ class NotebookController(_Controller):
     def __init__(self, cluster: Cluster, namespace: str) -> None:
         super().__init__(cluster, namespace)
         self.informers = {
-            "notebooks": _Informer(
-                "notebooks",
-                self._custom_list(NOTEBOOK_VERSION, "notebooks"),
-                namespace,
-                lambda o: self.enqueue(o["metadata"]["name"]),
-            ),
-            "statefulsets": _Informer(
-                "statefulsets",
-                self.apps.list_namespaced_stateful_set,
-                namespace,
-                lambda o: self.enqueue(_owner(o, "Notebook")),
-            ),
-            "pods": _Informer(
-                "pods",
-                self.core.list_namespaced_pod,
-                namespace,
-                # predNBPodIsLabeled: pods with the notebook-name label map to that Notebook
-                lambda o: self.enqueue((o["metadata"].get("labels") or {}).get(NOTEBOOK_NAME_LABEL)),
-            ),
+            # predNBPodIsLabeled: pods with the notebook-name label map to that Notebook
+            **self._owned_informers("notebooks", NOTEBOOK_VERSION, "Notebook", NOTEBOOK_NAME_LABEL),
             "services": _Informer("services", self.core.list_namespaced_service, namespace, lambda o: None),
         }
 
@@ -385,26 +393,7 @@ class WorkspaceController(_Controller):
         self.seconds_clock = seconds_clock
         self.pod_mutation = pod_mutation
         self.statefulsets_created: list[tuple[str, str]] = []  # (workspace, statefulset)
-        self.informers = {
-            "workspaces": _Informer(
-                "workspaces",
-                self._custom_list(WORKSPACE_VERSION, "workspaces"),
-                namespace,
-                lambda o: self.enqueue(o["metadata"]["name"]),
-            ),
-            "statefulsets": _Informer(
-                "statefulsets",
-                self.apps.list_namespaced_stateful_set,
-                namespace,
-                lambda o: self.enqueue(_owner(o, "Workspace")),
-            ),
-            "pods": _Informer(
-                "pods",
-                self.core.list_namespaced_pod,
-                namespace,
-                lambda o: self.enqueue((o["metadata"].get("labels") or {}).get(WORKSPACE_NAME_LABEL)),
-            ),
-        }
+        self.informers = self._owned_informers("workspaces", WORKSPACE_VERSION, "Workspace", WORKSPACE_NAME_LABEL)
 
     def _kind(self, name: str) -> JSON | None:
         # WorkspaceKinds are cluster-scoped and few: read (not watched; the Workspace events re-queue).
